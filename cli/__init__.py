@@ -1,0 +1,1 @@
+"""The `swarm` command line (typer): train, join, status, bench, sim, dashboard."""

@@ -1,0 +1,26 @@
+"""Entry point of the `swarm` console script: each sub-command lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import bench, sim, train
+
+app = typer.Typer(
+    name="swarm",
+    help="Train one language model together over volunteer GPUs (GWTF routing over a hivemind DHT).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(bench.bench_app, name="bench")
+train.register(app)
+sim.register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

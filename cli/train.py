@@ -1,0 +1,83 @@
+"""`swarm train`: the initiator. `--local` runs the single-process baseline the swarm must equal."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from cli.errors import fail, user_errors
+from models.data import EMBEDDED, DataError
+from models.partition import PartitionError
+from models.presets import ModelConfigError
+from models.tokenizer import TokenizerError
+from swarm.config import OPTIMIZERS, ConfigError, TrainConfig
+
+USER_ERRORS = (ConfigError, DataError, PartitionError, ModelConfigError, TokenizerError)
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("[bold]iteration"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("loss [cyan]{task.fields[loss]}"),
+        TextColumn("[green]{task.fields[tps]}[/] tokens/s"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @user_errors(*USER_ERRORS)
+    def train(
+        local: bool = typer.Option(False, "--local", help="Train the whole model in this one process."),
+        model: str = typer.Option("llama-tiny", help="Preset, config.json or checkpoint dir."),
+        data: str = typer.Option(EMBEDDED, help="'embedded' (stdlib sources), a text/JSONL file or folder."),
+        tokenizer: str = typer.Option("bytes", help="'bytes' or a local transformers tokenizer directory."),
+        text_field: str = typer.Option("text", help="JSONL field holding the text."),
+        stages: int = typer.Option(2, help="Pipeline stages the model is cut into."),
+        iterations: int = typer.Option(50),
+        batch_size: int = typer.Option(16, help="Sequences per iteration (global batch)."),
+        microbatch_size: int = typer.Option(4, help="Sequences per microbatch; must divide --batch-size."),
+        seq_len: int = typer.Option(128),
+        lr: float = typer.Option(3e-3),
+        weight_decay: float = typer.Option(0.01),
+        optimizer: str = typer.Option("adamw", help=f"One of {', '.join(OPTIMIZERS)}."),
+        seed: int = typer.Option(0),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+        save: str | None = typer.Option(None, help="Write a full transformers checkpoint here at the end."),
+        metrics_out: str | None = typer.Option(None, help="JSON lines, one per iteration."),
+    ) -> None:
+        """Start a training run (initiator). With --local: the single-process baseline."""
+        cfg = TrainConfig(
+            model=model, data=data, tokenizer=tokenizer, text_field=text_field, stages=stages,
+            iterations=iterations, batch_size=batch_size, microbatch_size=microbatch_size, seq_len=seq_len,
+            lr=lr, weight_decay=weight_decay, optimizer=optimizer, seed=seed, device=device,
+        )  # fmt: skip
+        if device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                fail("--device cuda asked for, but torch sees no CUDA device")
+        if not local:
+            fail("the live swarm initiator is not part of this build yet; run `swarm train --local`")
+        from swarm.trainer.local import LocalTrainer, train_local
+
+        console = Console(stderr=True)
+        trainer = LocalTrainer(cfg)  # every user error surfaces here, before the progress bar
+        with _progress(console) as progress:
+            task = progress.add_task("train", total=iterations, loss="-", tps="-")
+
+            def show(m) -> None:
+                progress.update(task, advance=1, loss=f"{m.loss:.4f}", tps=f"{m.tokens_per_s:,.0f}")
+
+            history = train_local(trainer, save=save, metrics_out=metrics_out, on_iteration=show)
+        if history:
+            first, last = history[0], history[-1]
+            mean_tps = sum(m.tokens for m in history) / max(sum(m.seconds for m in history), 1e-9)
+            console.print(
+                f"done: {len(history)} iterations, loss {first.loss:.4f} -> {last.loss:.4f}, "
+                f"{mean_tps:,.0f} tokens/s" + (f", checkpoint in {save}" if save else "")
+            )

@@ -1,0 +1,1 @@
+"""The routing engine: pure code (no I/O, no clocks, no hivemind) shared by peers, sim and tests."""

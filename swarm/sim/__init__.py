@@ -1,0 +1,27 @@
+"""Discrete-event simulator of a training swarm: the same routing (swarm/flow) and fault rules
+(swarm/recovery) as the live peers, at a scale one machine cannot host. Pure: no clocks, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from swarm.sim.metrics import SimResult, ratios
+from swarm.sim.routers import ROUTERS, make_router
+from swarm.sim.scenario import Scenario, ScenarioError, builtin_names, resolve_scenario
+from swarm.sim.simulator import Simulation
+
+
+def simulate(scenario: Scenario, router: str, seed: int | None = None) -> SimResult:
+    """Run one router on one scenario; `seed` overrides the scenario's."""
+    if seed is not None:
+        scenario = scenario.with_(seed=seed)
+    return Simulation(scenario, make_router(router, scenario.seed)).run()
+
+
+def compare(scenario: Scenario, routers: Iterable[str] = ROUTERS, seed: int | None = None) -> dict[str, SimResult]:
+    """Run several routers on the same scenario (same peers, same crash and join times)."""
+    return {name: simulate(scenario, name, seed) for name in routers}
+
+
+__all__ = ["ROUTERS", "Scenario", "ScenarioError", "SimResult", "Simulation", "builtin_names", "compare",
+           "ratios", "resolve_scenario", "simulate"]
