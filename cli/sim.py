@@ -1,9 +1,95 @@
-"""`swarm sim`: the discrete-event simulator (swarm/sim)."""
+"""`swarm sim`: the discrete-event simulator (swarm/sim): GWTF routing against SWARM and an oracle."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import typer
+
+from cli.errors import UserError, user_errors
+from swarm.flow.instance import InstanceError
+from swarm.sim.hardware import PRESETS, HardwareError
+
+ROUTER_CHOICES = ("gwtf", "swarm", "oracle", "all")
+
+
+def _format_row(router: str, summary: dict) -> str:
+    cells = "  ".join(f"{k}={v}" for k, v in summary.items())
+    return f"  {router:<7} {cells}"
 
 
 def register(app: typer.Typer) -> None:
-    """Add the `sim` command to the app (lands with the simulator issue)."""
+    """Add the `sim` command to the app."""
+
+    @app.command()
+    @user_errors(InstanceError, HardwareError)
+    def sim(
+        scenario: list[str] = typer.Option(
+            [], "--scenario", "-s",
+            help="Built-in name (see --list), NAME:PRESET, or a .json/.toml scenario file; repeatable.",
+        ),
+        router: str = typer.Option("all", help="gwtf, swarm, oracle or all."),
+        seed: int | None = typer.Option(None, help="Override the scenario's seed."),
+        model: str | None = typer.Option(None, help=f"Override the model preset ({', '.join(PRESETS)})."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
+        plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
+        list_: bool = typer.Option(False, "--list", help="List the built-in scenarios and exit."),
+    ) -> None:
+        """Simulate a training run and print, per router, training time, throughput, idle and wasted
+        GPU time, lost and re-executed microbatches (simulated seconds, deterministic per seed)."""
+        from swarm.sim import compare, ratios, resolve_scenario
+        from swarm.sim.scenario import ScenarioError, builtin_names
+
+        if list_:
+            typer.echo("\n".join(builtin_names()))
+            return
+        if not scenario:
+            raise UserError("give a scenario: --scenario NAME|FILE (see --list)")
+        if router not in ROUTER_CHOICES:
+            raise UserError(f"unknown router {router!r} (choose from {', '.join(ROUTER_CHOICES)})")
+        if model is not None and model not in PRESETS:
+            raise UserError(f"unknown model preset {model!r} (known: {', '.join(PRESETS)})")
+        if seed is not None and seed < 0:
+            raise UserError(f"--seed must be >= 0, got {seed}")
+        if plot is not None and plot.exists() and not plot.is_dir():
+            raise UserError(f"--plot {plot} exists and is not a directory")
+        routers = ("gwtf", "swarm", "oracle") if router == "all" else (router,)
+        try:
+            scenarios = [resolve_scenario(name) for name in scenario]
+            if model is not None:
+                scenarios = [sc.with_(model=PRESETS[model], name=f"{sc.name}:{model}") for sc in scenarios]
+        except ScenarioError as exc:
+            raise UserError(str(exc)) from None
+        table = {}
+        report = []
+        for sc in scenarios:
+            if sc.stages > sc.model.layers:
+                raise UserError(f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers")
+            results = compare(sc, routers, seed)
+            table[sc.name] = results
+            entry = {
+                "scenario": sc.name,
+                "model": sc.model.name,
+                "seed": sc.seed if seed is None else seed,
+                "results": {name: {**r.summary(), **r.details()} for name, r in results.items()},
+                "ratios": ratios(results),
+            }
+            report.append(entry)
+            if not as_json:
+                typer.echo(f"{sc.name} (model {sc.model.name}, seed {entry['seed']})")
+                for name, r in results.items():
+                    typer.echo(_format_row(name, r.summary()))
+                for key, value in entry["ratios"].items():
+                    typer.echo(f"  {key}={value}")
+        if plot is not None:
+            from swarm.sim.plot import write_figures
+
+            try:
+                paths = write_figures(table, plot)
+            except OSError as exc:
+                raise UserError(f"cannot write figures to {plot}: {exc.strerror}") from None
+            if not as_json:
+                typer.echo(f"figures: {', '.join(str(p) for p in paths)}")
+        if as_json:
+            typer.echo(json.dumps({"scenarios": report}, indent=1))

@@ -1,0 +1,233 @@
+"""The three routers the simulator compares, as thin adapters over swarm/flow (no routing here).
+
+- `gwtf`: swarm/flow's push-relabel `MessageBus`, one state machine per node, advanced in simulated
+  time with `run_until`; messages take the one-way latency of the link they cross. After a crash or a
+  join the bus is told, and the routes change only as fast as its messages converge again.
+- `swarm`: one `SwarmRouter` per sending node (SWARM's stochastic wiring): no plan, no link costs.
+- `oracle`: `min_max_path_flow` re-solved on the live swarm after every crash and join, with zero
+  protocol delay: the upper bound.
+
+Route-based routers turn per-holder rates into next hops with `choose_replacement`, the live peer's
+rule: among planned live hops, the most share per queued microbatch (so dispatch follows the rates,
+weighted by the queue each hop has); without a usable plan, the cheapest live hop.
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from typing import TYPE_CHECKING
+
+from swarm.flow.cost import HolderRoutes
+from swarm.flow.instance import InstanceError, PeerSpec
+from swarm.recovery.policy import choose_replacement
+from swarm.sim.population import least_capacity_stage
+
+if TYPE_CHECKING:
+    from swarm.sim.simulator import Simulation
+
+ROUTERS = ("gwtf", "swarm", "oracle")
+NO_DEAD: frozenset[str] = frozenset()
+
+
+class _Planned:
+    """Common part of the route-based routers: dispatch by the plan, joins to the bottleneck."""
+
+    name = "planned"
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.sim: Simulation | None = None
+        self._routes: HolderRoutes = {}
+
+    def start(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def current_routes(self, now: float) -> HolderRoutes:
+        return self._routes
+
+    def next_hop(self, holder: str, node: str, stage: int, candidates: list[str], now: float) -> str:
+        sim = self.sim
+        assert sim is not None
+        shares = self.current_routes(now).get(holder, {}).get(node)
+        inst = sim.instance()
+        cost = (lambda c: inst.edge_cost(node, c)) if inst is not None else None
+        choice = choose_replacement(candidates, NO_DEAD, shares, cost, sim.load)
+        assert choice is not None  # candidates are live and non-empty
+        return choice
+
+    def on_sent(self, node: str, hop: str, now: float) -> None:
+        pass
+
+    def on_done(self, node: str, hop: str, seconds: float, now: float) -> None:
+        pass
+
+    def join_stage(self, eligible: list[int], now: float) -> int:
+        """GWTF's join rule: the bottleneck stage of the current flow, if this GPU can hold it."""
+        from swarm.flow.bottleneck import bottleneck_stage
+
+        sim = self.sim
+        assert sim is not None
+        capacity = sim.stage_capacity()
+        empty = [s for s in eligible if capacity[s] == 0]
+        if empty:
+            return empty[0]
+        inst = sim.instance()
+        if inst is not None:
+            stage = bottleneck_stage(inst, self.current_routes(now))
+            if stage in eligible:
+                return stage
+        return least_capacity_stage(capacity, eligible)
+
+    def routes(self, now: float) -> HolderRoutes:
+        return self.current_routes(now)
+
+    def messages(self) -> int:
+        return 0
+
+
+class OracleRouter(_Planned):
+    """Exact centralized re-solve of GWTF's objective after every event, zero delay."""
+
+    name = "oracle"
+
+    def _solve(self) -> None:
+        from swarm.flow.reference import min_max_path_flow
+
+        assert self.sim is not None
+        inst = self.sim.instance()
+        self._routes = min_max_path_flow(inst) if inst is not None else {}
+
+    def start(self, sim: Simulation) -> None:
+        super().start(sim)
+        self._solve()
+
+    def on_crash(self, peer: str, now: float) -> None:
+        self._solve()
+
+    def on_join(self, peer: PeerSpec, now: float) -> None:
+        self._solve()
+
+
+class GwtfRouter(_Planned):
+    """The push-relabel protocol on a message bus in simulated time.
+
+    The bus converges once before t=0 (the swarm forms before training starts); its clock is then
+    offset so that bus time = simulated time + offset.
+    """
+
+    name = "gwtf"
+    REFRESH_S = 0.25  # how often a peer re-reads its routing table (simulated seconds)
+    SETUP_LIMIT_S = 600.0
+
+    def start(self, sim: Simulation) -> None:
+        from swarm.flow.bus import MessageBus
+
+        super().start(sim)
+        inst = sim.instance()
+        if inst is None:
+            raise InstanceError("the initial swarm has a stage with no peer")
+        self.bus = MessageBus(inst, seed=self.seed, delay=self._delay)
+        # retransmit only after a round trip on the slowest link could have come back
+        regions = {n.region for n in sim.nodes.values()} | set(sim.sc.regions)
+        worst = max(sim.link(a, b).latency_s for a in regions for b in regions)
+        self.bus.retry_s = max(self.bus.retry_s, 4.0 * worst)
+        self.bus.run_until_quiescent(max_time=self.SETUP_LIMIT_S)
+        self.offset = self.bus.now
+        self._routes = self.bus.routes()
+        self._fresh_at = 0.0
+
+    def _delay(self, src: str, dst: str, rng: random.Random) -> float:
+        """A protocol message takes the one-way latency of the link between the two nodes."""
+        sim = self.sim
+        assert sim is not None
+        a, b = sim.nodes.get(src), sim.nodes.get(dst)
+        if a is None or b is None:
+            return 0.001
+        return sim.link(a.region, b.region).latency_s
+
+    def _advance(self, now: float) -> None:
+        target = now + self.offset
+        if target > self.bus.now:
+            self.bus.run_until(target)
+
+    def current_routes(self, now: float) -> HolderRoutes:
+        if now >= self._fresh_at:
+            self._advance(now)
+            self._routes = self.bus.routes()
+            self._fresh_at = now + self.REFRESH_S
+        return self._routes
+
+    def on_crash(self, peer: str, now: float) -> None:
+        self._advance(now)
+        self.bus.remove_peer(peer)
+        self._fresh_at = now  # re-read the table at the next hop
+
+    def on_join(self, peer: PeerSpec, now: float) -> None:
+        self._advance(now)
+        self.bus.add_peer(peer)
+        self._fresh_at = now
+
+    def messages(self) -> int:
+        return int(self.bus.stats.messages)
+
+
+class SwarmBaseline:
+    """SWARM's stochastic wiring: every sender keeps its own `SwarmRouter`; joins go to the stage
+    with the least total throughput (SWARM's rebalancing)."""
+
+    name = "swarm"
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.sim: Simulation | None = None
+        self._routers: dict[str, object] = {}
+
+    def start(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def _router(self, node: str):
+        from swarm.flow.baseline import SwarmRouter
+
+        found = self._routers.get(node)
+        if found is None:
+            found = self._routers[node] = SwarmRouter(self.seed * 1_000_003 + zlib.crc32(node.encode()))
+        return found
+
+    def next_hop(self, holder: str, node: str, stage: int, candidates: list[str], now: float) -> str:
+        return self._router(node).choose(candidates, now)
+
+    def on_sent(self, node: str, hop: str, now: float) -> None:
+        self._router(node).on_send(hop, now)
+
+    def on_done(self, node: str, hop: str, seconds: float, now: float) -> None:
+        self._router(node).on_done(hop, seconds, now)
+
+    def on_crash(self, peer: str, now: float) -> None:
+        self._routers.pop(peer, None)
+        for router in self._routers.values():
+            router.forget(peer)
+
+    def on_join(self, peer: PeerSpec, now: float) -> None:
+        pass
+
+    def join_stage(self, eligible: list[int], now: float) -> int:
+        assert self.sim is not None
+        return least_capacity_stage(self.sim.stage_capacity(), eligible)
+
+    def routes(self, now: float) -> HolderRoutes | None:
+        return None
+
+    def messages(self) -> int:
+        return 0
+
+
+def make_router(name: str, seed: int):
+    """A fresh router by name (gwtf, swarm or oracle)."""
+    if name == "gwtf":
+        return GwtfRouter(seed)
+    if name == "swarm":
+        return SwarmBaseline(seed)
+    if name == "oracle":
+        return OracleRouter(seed)
+    raise ValueError(f"unknown router {name!r} (known: {', '.join(ROUTERS)})")

@@ -1,0 +1,395 @@
+"""The discrete-event simulation of a training run: microbatches, crashes, joins, averaging.
+
+Model of a hop: the sender's activations cross the directed link (serialised per link: bytes /
+bandwidth, then one-way latency), queue FIFO at the receiver's GPU, and take its forward (1/3) or
+backward (2/3) compute time. Backward follows the recorded forward path. An iteration ends when all
+its microbatches are back home; then every stage's replicas all-reduce their gradients.
+
+Faults follow swarm/recovery/policy.py, the rules the live peers use: a sender notices a dead next
+hop after its adaptive timeout and re-sends the stored activations to a replacement (forward
+reroute); a backward pass that meets a dead hop is re-run from the first dead hop of its recorded
+path (re-execution); a stage with no live peer holds its microbatches until a joiner has downloaded
+the stage's state. Data holders do not crash.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from swarm.flow.cost import HolderRoutes
+from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec, geo_matrix
+from swarm.recovery.policy import adaptive_timeout, find_break, stage_must_wait
+from swarm.sim.engine import EventQueue
+from swarm.sim.hardware import FORWARD_SHARE, gpu
+from swarm.sim.metrics import SimResult
+from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity_stage
+from swarm.sim.scenario import Scenario
+from swarm.sim.state import LoadView, Microbatch, Node, ring_allreduce_s
+
+(FWD_ARRIVE, FWD_DONE, HOME_ARRIVE, HOME_DONE, BWD_ARRIVE, BWD_DONE, GRAD_HOME, RECOVER, CRASH, JOIN,
+ READY, ITER_START, END) = range(13)
+
+
+class Router(Protocol):
+    """What the simulator asks of a router (see swarm/sim/routers.py)."""
+
+    name: str
+
+    def start(self, sim: Simulation) -> None: ...
+    def next_hop(self, holder: str, node: str, stage: int, candidates: list[str], now: float) -> str: ...
+    def on_sent(self, node: str, hop: str, now: float) -> None: ...
+    def on_done(self, node: str, hop: str, seconds: float, now: float) -> None: ...
+    def on_crash(self, peer: str, now: float) -> None: ...
+    def on_join(self, peer: PeerSpec, now: float) -> None: ...
+    def join_stage(self, eligible: list[int], now: float) -> int: ...
+    def routes(self, now: float) -> HolderRoutes | None: ...
+    def messages(self) -> int: ...
+
+
+class Simulation:
+    """One scenario, one router. `run()` returns the `SimResult`."""
+
+    def __init__(self, scenario: Scenario, router: Router) -> None:
+        self.sc, self.router = scenario, router
+        model = scenario.model
+        self.stages = scenario.stages
+        self.layers = model.stage_layers(self.stages)
+        self.act_bytes = model.activation_bytes
+        self.q = EventQueue()
+        self.nodes: dict[str, Node] = {}
+        self.live: list[list[str]] = [[] for _ in range(self.stages)]
+        self.load = LoadView(self.nodes)
+        self.mbs: dict[int, Microbatch] = {}
+        self.waiting: list[list[int]] = [[] for _ in range(self.stages)]
+        self.link_free: dict[tuple[str, str], float] = {}
+        self._links: dict[tuple[str, str], Link] = {}
+        self._instance: Instance | None = None
+        self.churn = Churn(scenario)
+        self.res = SimResult(scenario.name, router.name, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
+        self.wasted_s = 0.0
+        self.iter_done = 0
+        self.next_mb = 0
+        self.snapshot_iter = max(scenario.iterations // 2, 0)
+        self._traffic: dict[tuple[str, str], int] | None = None
+        hgpu = gpu(scenario.holder_gpu)
+        self.holders = [f"h{i}" for i in range(len(scenario.holder_regions))]
+        for hid, region in zip(self.holders, scenario.holder_regions):
+            self.nodes[hid] = Node(hid, -1, region, hgpu.name, model.holder_compute_s(hgpu, scenario.mfu), 0.5)
+            self.nodes[hid].ready_s = 0.0
+        self.rejected = 0
+        for machine in self.churn.initial():
+            self._place(machine, initial=True)
+        share, extra = divmod(scenario.global_batch, len(self.holders))
+        self.demand = {h: float(share + (1 if i < extra else 0)) for i, h in enumerate(self.holders)}
+
+    # ------------------------------------------------------------- views for routers
+    def link(self, a_region: str, b_region: str) -> Link:
+        key = (a_region, b_region)
+        found = self._links.get(key)
+        if found is None:
+            found = self._links[key] = geo_matrix().link(a_region, b_region)
+        return found
+
+    def instance(self) -> Instance | None:
+        """The swarm as the routing sees it now (live, serving peers); None while a stage is empty."""
+        if self._instance is None:
+            peers = [self.spec(p) for stage in self.live for p in stage]
+            holders = [HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
+                       for h in self.holders]
+            try:
+                self._instance = Instance(self.stages, self.act_bytes, tuple(holders), tuple(peers))
+            except InstanceError:
+                return None
+        return self._instance
+
+    def spec(self, peer: str) -> PeerSpec:
+        """The peer as the flow sees it. Capacity is the number of microbatches it can hold in
+        flight (GWTF's notion) and a holder's demand is its microbatches per iteration, so the flow
+        says how many of an iteration's microbatches each path carries, and dispatch follows it."""
+        n = self.nodes[peer]
+        return PeerSpec(n.id, n.stage, float(n.slots), n.compute_s, n.region)
+
+    def stage_capacity(self) -> list[float]:
+        return [sum(1.0 / self.nodes[p].compute_s for p in self.live[s]) for s in range(self.stages)]
+
+    # ------------------------------------------------------------------ population
+    def _place(self, m: Machine, initial: bool) -> None:
+        ok = eligible_stages(self.sc.model, self.layers, m.gpu)
+        if m.stage is not None:
+            ok = [m.stage] if m.stage in ok else []
+        if not ok:
+            self.rejected += 1
+            return
+        if m.stage is not None:
+            stage = m.stage
+        elif initial:
+            stage = least_capacity_stage(self.stage_capacity(), ok)
+        else:
+            stage = self.router.join_stage(ok, self.q.now)
+        g = gpu(m.gpu)
+        node = Node(m.id, stage, m.region, m.gpu, self.sc.model.compute_s(self.layers[stage], g, self.sc.mfu),
+                    FORWARD_SHARE)
+        node.slots = self.sc.model.stage_slots(self.layers[stage], g)
+        self.nodes[m.id] = node
+        if m.dies_s < math.inf:
+            self.q.push(m.dies_s, CRASH, m.id)
+        if initial:
+            node.ready_s = 0.0
+            self.live[stage].append(m.id)
+            return
+        sources = [self.nodes[p] for p in self.live[stage]] or [self.nodes[h] for h in self.holders]
+        param_bytes = self.sc.model.stage_param_bytes(self.layers[stage])
+        download = min(
+            self.link(s.region, m.region).latency_s + param_bytes / self.link(s.region, m.region).bandwidth_bytes_s
+            for s in sources
+        )
+        self.q.push(self.q.now + download, READY, m.id)
+
+    # ------------------------------------------------------------------- transport
+    def _transfer(self, a: Node, b: Node, now: float) -> float:
+        """Arrival time of one microbatch's activations sent a -> b at `now`."""
+        link = self.link(a.region, b.region)
+        key = (a.id, b.id)
+        start = self.link_free.get(key, 0.0)
+        if start < now:
+            start = now
+        end = start + self.act_bytes / link.bandwidth_bytes_s
+        self.link_free[key] = end
+        if self._traffic is not None:
+            self._traffic[key] = self._traffic.get(key, 0) + 1
+        return end + link.latency_s
+
+    def _timeout(self, sender: str) -> float:
+        return adaptive_timeout(self.nodes[sender].samples)
+
+    def _send_forward(self, mb: Microbatch, sender: str, k: int, now: float) -> None:
+        src = self.nodes[sender]
+        mb.sender = sender
+        if k == self.stages:
+            self.q.push(self._transfer(src, self.nodes[mb.holder], now), HOME_ARRIVE, mb.id, mb.gen)
+            return
+        candidates = self.live[k]
+        if stage_must_wait(candidates):
+            self.waiting[k].append(mb.id)
+            self.res.stalls += 1
+            return
+        target = self.router.next_hop(mb.holder, sender, k, candidates, now)
+        mb.path.append(target)
+        dst = self.nodes[target]
+        dst.resident.add(mb.id)
+        mb.sent_at, mb.task, mb.pos = now, None, k
+        self.router.on_sent(sender, target, now)
+        self.q.push(self._transfer(src, dst, now), FWD_ARRIVE, mb.id, mb.gen)
+
+    def _send_backward(self, mb: Microbatch, sender: str, k: int, now: float) -> None:
+        mb.sender = sender
+        dst = self.nodes[mb.path[k]]
+        if not dst.alive:
+            self.q.push(now + self._timeout(sender), RECOVER, mb.id, mb.gen)
+            return
+        dst.resident.add(mb.id)
+        mb.sent_at, mb.task, mb.pos = now, None, k
+        self.q.push(self._transfer(self.nodes[sender], dst, now), BWD_ARRIVE, mb.id, mb.gen)
+
+    def _hop_done(self, mb: Microbatch, node: Node, now: float) -> None:
+        node.resident.discard(mb.id)
+        mb.task = None
+        seconds = now - mb.sent_at
+        self.nodes[mb.sender].samples.append(seconds)
+        self.router.on_done(mb.sender, node.id, seconds, now)
+
+    # --------------------------------------------------------------------- faults
+    def _restart(self, mb: Microbatch, now: float) -> None:
+        """Resume a microbatch whose path met a dead peer: from the first dead hop of its recorded
+        path (find_break), via the hop before it, which still holds the activations it sent."""
+        k = find_break(mb.path, lambda p: self.nodes[p].alive)
+        if k is None:
+            k = len(mb.path)
+        waste = sum(mb.compute[k:]) + mb.holder_compute
+        if mb.backward or waste > 0:
+            self.res.reexecuted += 1
+        else:
+            self.res.rerouted += 1
+        self.wasted_s += sum(mb.compute[k:])
+        for j in range(k, len(mb.path)):
+            peer = self.nodes[mb.path[j]]
+            peer.stash.discard(mb.id)
+            peer.carried.discard(mb.id)
+            peer.resident.discard(mb.id)
+            mb.compute[j] = 0.0
+        mb.holder_compute = 0.0
+        del mb.path[k:]
+        mb.backward = False
+        mb.gen += 1
+        self._send_forward(mb, mb.path[k - 1] if k > 0 else mb.holder, k, now)
+
+    def _crash(self, pid: str, now: float) -> None:
+        node = self.nodes[pid]
+        if not node.alive:
+            return
+        node.alive, node.died_s = False, now
+        self.res.crashes += 1
+        self.res.churn_times.append((now, "crash"))
+        if node.ready_s is None:
+            return  # died while downloading: never served
+        self.live[node.stage].remove(pid)
+        self._instance = None
+        self.router.on_crash(pid, now)
+        for mid in sorted(node.resident):
+            mb = self.mbs[mid]
+            if mb.task is not None and mb.task[0] == pid:
+                _, start, end = mb.task
+                if start < now:
+                    self.wasted_s += min(now, end) - start
+                node.busy_s -= end - max(start, now) if end > now else 0.0
+            mb.gen += 1
+            self.q.push(now + self._timeout(mb.sender), RECOVER, mid, mb.gen)
+        node.resident.clear()
+        for mid in node.carried:
+            mb = self.mbs[mid]
+            if not mb.lost:
+                mb.lost = True
+                self.res.microbatches_lost += 1
+
+    def _join(self, now: float) -> None:
+        machine = self.churn.pop_join()
+        self.q.push(self.churn.next_join_s(), JOIN)
+        self.res.joins += 1
+        self.res.churn_times.append((now, "join"))
+        self._place(machine, initial=False)
+
+    def _ready(self, pid: str, now: float) -> None:
+        node = self.nodes[pid]
+        if not node.alive:
+            return
+        node.ready_s = now
+        self.live[node.stage].append(pid)
+        self._instance = None
+        self.router.on_join(self.spec(pid), now)
+        parked, self.waiting[node.stage] = self.waiting[node.stage], []
+        for mid in parked:
+            self._restart(self.mbs[mid], now)
+
+    # ----------------------------------------------------------------- iterations
+    def _start_iteration(self, now: float) -> None:
+        self._traffic = {} if self.res.iterations == self.snapshot_iter else None
+        self.iter_done = 0
+        for holder in self.holders:
+            for _ in range(int(self.demand[holder])):
+                mb = Microbatch(self.next_mb, holder, self.stages)
+                self.mbs[mb.id] = mb
+                self.next_mb += 1
+                self.res.injected += 1
+                self._send_forward(mb, holder, 0, now)
+
+    def _end_iteration(self, now: float) -> None:
+        if self._traffic is not None:
+            self.res.flow_snapshot = {
+                "t": now,
+                "edges": {f"{a}>{b}": c for (a, b), c in sorted(self._traffic.items())},
+                "nodes": {n.id: [n.stage, n.region] for n in self.nodes.values() if n.alive},
+            }
+            self._traffic = None
+        avg = 0.0
+        for s in range(self.stages):
+            replicas = [self.nodes[p] for p in self.live[s]]
+            avg = max(avg, ring_allreduce_s(replicas, self.sc.model.stage_param_bytes(self.layers[s]),
+                                            self.link))
+        self.res.averaging_s += avg
+        self.res.iterations += 1
+        self.mbs.clear()
+        for node in self.nodes.values():
+            node.carried.clear()
+        self.q.push(now + avg, ITER_START)
+
+    def _complete(self, mb: Microbatch, now: float) -> None:
+        self.res.completed += 1
+        self.res.completion_times.append(now)
+        self.iter_done += 1
+        if self.iter_done == self.sc.global_batch:
+            self._end_iteration(now)
+
+    # ------------------------------------------------------------------------ run
+    def run(self) -> SimResult:
+        """Simulate until the scenario's iterations are done (or `max_time_s` passes)."""
+        q, nodes, mbs, res = self.q, self.nodes, self.mbs, self.res
+        self.router.start(self)
+        q.push(self.churn.next_join_s(), JOIN)
+        if self.sc.max_time_s is not None:
+            q.push(self.sc.max_time_s, END)
+        self._start_iteration(0.0)
+        while len(q):
+            now, kind, payload = q.pop()
+            if kind <= RECOVER:
+                mb = mbs.get(payload[0])
+                if mb is None or mb.gen != payload[1]:
+                    continue  # taken off a dead peer meanwhile
+                if kind == FWD_ARRIVE or kind == BWD_ARRIVE:
+                    node = nodes[mb.path[mb.pos]]
+                    start, end = node.run(now, node.fwd_s if kind == FWD_ARRIVE else node.bwd_s)
+                    mb.task = (node.id, start, end)
+                    q.push(end, FWD_DONE if kind == FWD_ARRIVE else BWD_DONE, mb.id, mb.gen)
+                elif kind == FWD_DONE:
+                    k = len(mb.path) - 1
+                    node = nodes[mb.path[k]]
+                    self._hop_done(mb, node, now)
+                    node.stash.add(mb.id)
+                    mb.compute[k] += node.fwd_s
+                    self._send_forward(mb, node.id, k + 1, now)
+                elif kind == BWD_DONE:
+                    k = mb.pos
+                    node = nodes[mb.path[k]]
+                    self._hop_done(mb, node, now)
+                    node.stash.discard(mb.id)
+                    node.carried.add(mb.id)
+                    mb.compute[k] += node.bwd_s
+                    mb.sender = node.id
+                    if k > 0:
+                        self._send_backward(mb, node.id, k - 1, now)
+                    else:
+                        q.push(self._transfer(node, nodes[mb.holder], now), GRAD_HOME, mb.id, mb.gen)
+                elif kind == HOME_ARRIVE:
+                    start, end = nodes[mb.holder].run(now, nodes[mb.holder].compute_s)
+                    q.push(end, HOME_DONE, mb.id, mb.gen)
+                elif kind == HOME_DONE:
+                    mb.holder_compute = nodes[mb.holder].compute_s
+                    mb.backward = True
+                    mb.task = None
+                    self._send_backward(mb, mb.holder, self.stages - 1, now)
+                elif kind == GRAD_HOME:
+                    self._complete(mb, now)
+                else:  # RECOVER
+                    self._restart(mb, now)
+            elif kind == CRASH:
+                self._crash(payload[0], now)
+            elif kind == JOIN:
+                self._join(now)
+            elif kind == READY:
+                self._ready(payload[0], now)
+            elif kind == ITER_START:
+                if res.iterations >= self.sc.iterations:
+                    break
+                self._start_iteration(now)
+            else:  # END
+                break
+        return self._finish(q.now)
+
+    def _finish(self, end: float) -> SimResult:
+        """Turn the accumulated counters into the reported metrics."""
+        res = self.res
+        res.training_time_s = end
+        res.throughput_microbatches_s = res.completed / end if end > 0 else 0.0
+        available = busy = 0.0
+        for node in self.nodes.values():
+            if node.stage < 0 or node.ready_s is None:
+                continue
+            until = min(node.died_s if node.died_s is not None else end, end)
+            available += max(until - node.ready_s, 0.0)
+            busy += node.busy_s - (max(node.free_at - end, 0.0) if node.alive else 0.0)
+        res.gpu_idle_fraction = 1.0 - busy / available if available > 0 else 0.0
+        res.wasted_compute_fraction = self.wasted_s / busy if busy > 0 else 0.0
+        res.in_flight_at_end = res.injected - res.completed
+        res.protocol_messages = self.router.messages()
+        res.events = self.q.popped
+        return res
