@@ -26,7 +26,9 @@ def register(app: typer.Typer) -> None:
     @user_errors(InstanceError, HardwareError)
     def sim(
         scenario: list[str] = typer.Option(
-            [], "--scenario", "-s",
+            [],
+            "--scenario",
+            "-s",
             help="Built-in name (see --list), NAME:PRESET, or a .json/.toml scenario file; repeatable.",
         ),
         router: str = typer.Option("all", help="gwtf, swarm, oracle or all."),
@@ -65,7 +67,9 @@ def register(app: typer.Typer) -> None:
         report = []
         for sc in scenarios:
             if sc.stages > sc.model.layers:
-                raise UserError(f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers")
+                raise UserError(
+                    f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers"
+                )
             results = compare(sc, routers, seed)
             table[sc.name] = results
             entry = {

@@ -18,7 +18,9 @@ def simulate(scenario: Scenario, router: str, seed: int | None = None) -> SimRes
     return Simulation(scenario, make_router(router, scenario.seed)).run()
 
 
-def compare(scenario: Scenario, routers: Iterable[str] = ROUTERS, seed: int | None = None) -> dict[str, SimResult]:
+def compare(
+    scenario: Scenario, routers: Iterable[str] = ROUTERS, seed: int | None = None
+) -> dict[str, SimResult]:
     """Run several routers on the same scenario (same peers, same crash and join times)."""
     return {name: simulate(scenario, name, seed) for name in routers}
 

@@ -261,7 +261,8 @@ def builtin_scenario(name: str) -> Scenario:
     """`NAME` or `NAME:PRESET` (the same scenario with another model preset)."""
     base, _, preset = name.partition(":")
     if base not in BUILTIN:
-        raise ScenarioError(f"unknown scenario {name!r} (built-in: {', '.join(BUILTIN)}; or a .json/.toml file)")
+        known = ", ".join(BUILTIN)
+        raise ScenarioError(f"unknown scenario {name!r} (built-in: {known}; or a .json/.toml file)")
     raw = dict(BUILTIN[base])
     if preset:
         if preset not in PRESETS:

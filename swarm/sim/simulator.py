@@ -75,7 +75,8 @@ class Simulation:
         hgpu = gpu(scenario.holder_gpu)
         self.holders = [f"h{i}" for i in range(len(scenario.holder_regions))]
         for hid, region in zip(self.holders, scenario.holder_regions):
-            self.nodes[hid] = Node(hid, -1, region, hgpu.name, model.holder_compute_s(hgpu, scenario.mfu), 0.5)
+            compute = model.holder_compute_s(hgpu, scenario.mfu)
+            self.nodes[hid] = Node(hid, -1, region, hgpu.name, compute, 0.5)
             self.nodes[hid].ready_s = 0.0
         self.rejected = 0
         for machine in self.churn.initial():
@@ -140,10 +141,8 @@ class Simulation:
             return
         sources = [self.nodes[p] for p in self.live[stage]] or [self.nodes[h] for h in self.holders]
         param_bytes = self.sc.model.stage_param_bytes(self.layers[stage])
-        download = min(
-            self.link(s.region, m.region).latency_s + param_bytes / self.link(s.region, m.region).bandwidth_bytes_s
-            for s in sources
-        )
+        links = [self.link(s.region, m.region) for s in sources]
+        download = min(lk.latency_s + param_bytes / lk.bandwidth_bytes_s for lk in links)
         self.q.push(self.q.now + download, READY, m.id)
 
     # ------------------------------------------------------------------- transport

@@ -1,0 +1,96 @@
+"""The simulator's accounting, independent of the routers: exact timing, conservation, determinism."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import small
+from helpers import LeastLoaded
+
+from swarm.flow.instance import geo_matrix
+from swarm.sim.hardware import FORWARD_SHARE, PRESETS, gpu
+from swarm.sim.simulator import Simulation
+from swarm.sim.state import Node, ring_allreduce_s
+
+
+def test_single_pipeline_iteration_time_is_exact() -> None:
+    """holder -> p0 -> p1 -> holder and back: 6 transfers, every compute once, no averaging."""
+    peers = [{"gpu": "A100-80GB", "region": "Iowa", "stage": 0}, {"gpu": "T4", "region": "Iowa", "stage": 1}]
+    sc = small(stages=2, peers=peers, holders={"regions": ["Iowa"], "gpu": "L4"},
+               training={"iterations": 3, "global_batch": 1})
+    res = Simulation(sc, LeastLoaded()).run()
+    model = PRESETS["gpt-500m"]
+    same = geo_matrix().same_region
+    hop = model.activation_bytes / same.bandwidth_bytes_s + same.latency_s
+    c0 = 12 * model.layer_flops / (312e12 * 0.4)  # 24 layers / 2 stages on an A100 at MFU 0.4
+    c1 = 12 * model.layer_flops / (65e12 * 0.4)  # ... on a T4
+    head = 6 * model.vocab * model.hidden * model.tokens / (121e12 * 0.4)
+    per_iteration = 6 * hop + c0 + c1 + head
+    assert res.iterations == 3 and res.completed == 3
+    assert res.training_time_s == pytest.approx(3 * per_iteration, rel=1e-12)
+    assert res.gpu_idle_fraction == pytest.approx(1 - 3 * (c0 + c1) / (2 * 3 * per_iteration), rel=1e-9)
+
+
+def test_two_microbatches_queue_behind_each_other() -> None:
+    """Two microbatches on one pipeline: the link serialises them, the GPU runs them FIFO."""
+    peers = [{"gpu": "A100-80GB", "region": "Iowa", "stage": 0}]
+    sc = small(model={"layers": 2, "hidden": 64, "vocab": 100, "seq_len": 8, "microbatch": 1},
+               stages=1, peers=peers, holders={"regions": ["Iowa"]},
+               training={"iterations": 1, "global_batch": 2})
+    res = Simulation(sc, LeastLoaded()).run()
+    same = geo_matrix().same_region
+    tx = sc.model.activation_bytes / same.bandwidth_bytes_s
+    c = sc.model.compute_s(2, gpu("A100-80GB"), 0.4)
+    f, b = c * FORWARD_SHARE, c - c * FORWARD_SHARE
+    h = sc.model.holder_compute_s(gpu("A100-80GB"), 0.4)
+    lat = same.latency_s
+    # mb0: sent at 0, mb1 queued on the link behind it
+    a0, a1 = tx + lat, 2 * tx + lat
+    f0 = a0 + f
+    f1 = max(a1, f0) + f
+    home0 = f0 + tx + lat
+    home1 = max(f1, f0 + tx) + tx + lat
+    h0 = home0 + h
+    h1 = max(home1, h0) + h
+    back0 = h0 + tx + lat  # gradient of mb0 arrives at the peer
+    back1 = max(h1, h0 + tx) + tx + lat
+    # the peer's FIFO: f0, f1, then the backward passes in arrival order
+    b0 = max(back0, f1) + b
+    b1 = max(back1, b0) + b
+    done0 = b0 + tx + lat
+    done1 = max(b1, b0 + tx) + tx + lat
+    assert res.training_time_s == pytest.approx(max(done0, done1), rel=1e-12)
+
+
+def test_ring_allreduce_cost() -> None:
+    link = geo_matrix().link
+    nodes = [Node(f"p{i}", 0, r, "T4", 1.0, 0.5) for i, r in enumerate(["Iowa", "Iowa", "Germany"])]
+    slowest = link("Iowa", "Germany")
+    expected = 2 * 2 / 3 * 1e9 / slowest.bandwidth_bytes_s + 2 * 2 * slowest.latency_s
+    assert ring_allreduce_s(nodes, 1e9, link) == pytest.approx(expected)
+    assert ring_allreduce_s(nodes[:1], 1e9, link) == 0.0
+
+
+def test_conservation_under_heavy_churn(churny) -> None:
+    res = Simulation(churny, LeastLoaded()).run()
+    assert res.crashes > 0 and res.joins > 0
+    assert res.injected == res.completed == churny.iterations * churny.global_batch
+    assert res.in_flight_at_end == 0
+    assert res.reexecuted + res.rerouted > 0
+    assert 0 < res.wasted_compute_fraction < 1
+    assert 0 <= res.gpu_idle_fraction <= 1
+
+
+def test_time_limited_run_counts_what_is_in_flight() -> None:
+    sc = small(training={"iterations": 1000, "global_batch": 24, "max_time_s": 30.0})
+    res = Simulation(sc, LeastLoaded()).run()
+    assert res.training_time_s == 30.0
+    assert res.injected == res.completed + res.in_flight_at_end
+    assert res.iterations < 1000
+
+
+def test_same_seed_same_run_other_seed_other_run(churny) -> None:
+    a = Simulation(churny, LeastLoaded()).run()
+    b = Simulation(churny, LeastLoaded()).run()
+    assert a.summary() == b.summary() and a.completion_times == b.completion_times
+    c = Simulation(churny.with_(seed=churny.seed + 1), LeastLoaded()).run()
+    assert c.completion_times != a.completion_times
