@@ -1,0 +1,45 @@
+"""Invariants of a protocol state, checked at quiescent points (tests, benchmarks, the simulator)."""
+
+from __future__ import annotations
+
+from swarm.flow.cost import EPS
+from swarm.flow.holder_agent import HolderAgent
+from swarm.flow.peer import PeerAgent
+
+TOL = 1e-6
+
+
+def violations(bus) -> list[str]:
+    """Everything wrong with the bus's current flow: [] when capacities and conservation hold.
+
+    Checks both ends of every edge agree, every peer carries at most its capacity, every peer's
+    in-flow equals its out-flow per holder, and no holder sends more than its demand.
+    """
+    problems: list[str] = []
+    agents = bus.agents
+    for node, agent in agents.items():
+        for h, nexts in agent.out.items():
+            for v, rate in nexts.items():
+                if rate < -TOL:
+                    problems.append(f"{node}->{v} [{h}] negative rate {rate}")
+                target = agents.get(v)
+                if target is None:
+                    continue
+                got = target.sink_in.get(node, 0.0) if isinstance(target, HolderAgent) else \
+                    target.inflow[h].get(node, 0.0)
+                if abs(got - rate) > TOL:
+                    problems.append(f"{node}->{v} [{h}] sender says {rate:.6f}, receiver {got:.6f}")
+        if isinstance(agent, PeerAgent):
+            if agent.carried() > agent.capacity + TOL:
+                problems.append(f"{node} carries {agent.carried():.6f} > capacity {agent.capacity}")
+            for h in agent.holders:
+                ex = agent.supply(h) - sum(agent.out[h].values())
+                if abs(ex) > TOL:
+                    problems.append(f"{node} [{h}] in-out = {ex:.6f}")
+        else:
+            if agent.served() > agent.demand + TOL:
+                problems.append(f"{node} sends {agent.served():.6f} > demand {agent.demand}")
+            back = sum(agent.sink_in.values())
+            if abs(back - agent.served()) > TOL and agent.served() > EPS:
+                problems.append(f"{node} sends {agent.served():.6f} but gets back {back:.6f}")
+    return problems

@@ -1,0 +1,76 @@
+"""A data holder in the routing protocol: the source and the sink of its own microbatches.
+
+As a source it pushes its demand into stage 0 with the fixed label `stages + 1` (push-relabel's
+source height: a stage-0 peer that can still reach a sink has a lower label). As a sink it takes
+back everything of its own commodity that the last stage sends it.
+"""
+
+from __future__ import annotations
+
+from swarm.flow.agent import EPS, Env, Sender
+from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
+
+
+class HolderAgent(Sender):
+    """Source and sink of one commodity (this holder's microbatches)."""
+
+    def __init__(self, node_id: str, env: Env, stages: int, holders: list[str], demand: float,
+                 seed: int = 0, improve: bool = True) -> None:
+        super().__init__(node_id, env, -1, stages, [node_id], seed, improve)
+        self.all_holders = tuple(holders)
+        self.demand = demand
+        self.sink_in: dict[str, float] = {}
+
+    def supply(self, h: str) -> float:
+        return self.demand
+
+    def label(self, h: str) -> int:
+        return self.src_label
+
+    def state(self) -> State:
+        return State(self.id, self.version, 0.0, {self.id: self.src_label}, {}, {})
+
+    def handle(self, src: str, body: Body) -> None:
+        if self.dispatch_sender(src, body):
+            return
+        if isinstance(body, Offer):  # as the sink: everything of our own commodity comes home
+            ok = body.holder == self.id and src in self.prev
+            accepted = body.rate if ok else 0.0
+            if ok:
+                self.sink_in[src] = self.sink_in.get(src, 0.0) + accepted
+            self.send(src, Reply(body.offer_id, body.holder, accepted, self.state()))
+        elif isinstance(body, Cancel):
+            got = min(body.rate, self.sink_in.get(src, 0.0)) if body.holder == self.id else 0.0
+            if got > 0:
+                self.sink_in[src] -= got
+            self.send(src, CancelDone(body.cancel_id, body.holder, got, self.state()))
+
+    def forget(self, node: str) -> None:
+        self.sink_in.pop(node, None)
+        self.forget_target(node)
+        self.budget = max(self.budget, 2 + len(self.next) // 2)
+
+    def on_joined(self) -> None:
+        self.budget = max(self.budget, 2 + len(self.next) // 2)
+
+    def set_demand(self, demand: float) -> None:
+        self.demand = demand
+        self.settle()
+
+    def settle(self) -> None:
+        """Push unserved demand, withdraw flow above demand, then try to improve."""
+        h = self.id
+        ex = self.excess(h)
+        if ex > EPS:
+            self.push(h)
+        elif ex < -EPS:
+            self.cancel_deficit(h)
+        if not self.offers and not self.cancels:
+            self.try_improve()
+        self.announce()
+
+    def announce(self) -> None:
+        """A holder's label never changes; stage peers know it, so there is nothing to publish."""
+
+    def served(self) -> float:
+        return sum(self.out[self.id].values())

@@ -1,0 +1,136 @@
+"""Messages of the routing protocol: what peers say to each other, nothing else.
+
+Every protocol message travels in an `Envelope` that a sender retransmits until it is acknowledged,
+and that a receiver deduplicates by (sender, seq), so loss and duplication never change flow
+accounting. Flow amounts are rates (microbatches/s) of ONE holder's microbatches (a commodity),
+because every microbatch must come back to the holder that sent it.
+
+The receiver of flow is authoritative for the rate on an edge: it decides how much of an offer to
+accept, it may hand flow back (`Return`), and it reports how much of a `Cancel` it could apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class State:
+    """What a node publishes about itself (the DESIGN's `{run}.flow.{peer}` record).
+
+    labels: push-relabel height per holder (residual distance to that holder's sink).
+    cheapest: cost of the cheapest route to the holder's sink through nodes with spare capacity
+        (the price of one more microbatch sent here).
+    worst: cost of the most expensive route to the holder's sink over edges carrying flow (what
+        the current flow through this node pays at most: GWTF's objective, seen from here).
+    """
+
+    node: str
+    version: int
+    spare: float
+    labels: Mapping[str, int] = field(default_factory=dict)
+    cheapest: Mapping[str, float] = field(default_factory=dict)
+    worst: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Offer:
+    """Push: "take `rate` of `holder`'s microbatches from me". `label` is the sender's label.
+
+    `swap_from` asks a full receiver to make room by handing one of its in-flows over to the
+    sender's current next hop `swap_from` (GWTF's swap among same-stage peers).
+    """
+
+    holder: str
+    rate: float
+    offer_id: int
+    label: int
+    swap_from: str | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Accept (`accepted` > 0) or reject (`accepted` == 0) an offer, with the receiver's real state."""
+
+    offer_id: int
+    holder: str
+    accepted: float
+    state: State
+
+
+@dataclass(frozen=True)
+class Return:
+    """Return flow upstream: the receiver gives back `rate` it had accepted from the addressee.
+
+    `hint` names a peer of the returner's stage that the addressee may now push to (after a swap).
+    """
+
+    holder: str
+    rate: float
+    state: State
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """The sender withdraws up to `rate` of flow it had pushed to the addressee."""
+
+    holder: str
+    rate: float
+    cancel_id: int
+
+
+@dataclass(frozen=True)
+class CancelDone:
+    """How much of a cancel was applied (less when flow was returned in the meantime)."""
+
+    cancel_id: int
+    holder: str
+    cancelled: float
+    state: State
+
+
+@dataclass(frozen=True)
+class Announce:
+    """A state announcement to neighbours (sent when labels, costs or fullness change)."""
+
+    state: State
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Acknowledges envelope `seq`; never acknowledged itself."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class NeighbourGone:
+    """Failure detector / DHT expiry: `node` left or crashed (delivered by the environment)."""
+
+    node: str
+
+
+@dataclass(frozen=True)
+class NeighbourJoined:
+    """DHT discovery: `node` joined one of the adjacent stages (delivered by the environment)."""
+
+    node: str
+    stage: int
+
+
+Body = Offer | Reply | Return | Cancel | CancelDone | Announce | Ack
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One message on the wire. `depth` is the causal depth (used to count asynchronous rounds)."""
+
+    src: str
+    dst: str
+    seq: int
+    depth: int
+    body: Body

@@ -1,0 +1,226 @@
+"""The per-peer state machine of asynchronous push-relabel with GWTF's local improvement.
+
+A stage peer receives flow from the previous stage (or from holders, for stage 0), and pushes it on
+to the next stage (or back to its own holder, for the last stage). Flow is accounted per holder,
+because microbatches return to the holder that sent them. Labels are per holder too: the residual
+distance to that holder's sink, recomputed from what neighbours published ("relabel"), and kept
+below the holder's own label while the sink is reachable. Excess with no admissible next hop is
+returned upstream; when every next stage is full the labels rise above the holders' and the flow
+drains back to the holders, which is how the maximum flow is found without any global view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from swarm.flow.agent import EPS, Env, Sender
+from swarm.flow.messages import (
+    INF,
+    Announce,
+    Body,
+    Cancel,
+    CancelDone,
+    Offer,
+    Reply,
+    Return,
+    State,
+)
+
+HOLD_S_FACTOR = 2.0  # after a swap hint, wait this many retry periods before returning flow
+
+
+class PeerAgent(Sender):
+    """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
+
+    def __init__(self, node_id: str, env: Env, stage: int, stages: int, holders: Iterable[str],
+                 capacity: float, seed: int = 0, improve: bool = True) -> None:
+        super().__init__(node_id, env, stage, stages, holders, seed, improve)
+        self.capacity = capacity
+        self.inflow: dict[str, dict[str, float]] = {h: {} for h in self.holders}
+        self.last = stage == stages - 1
+        self._hold_until = -INF
+        self._labels: dict[str, int] = {}
+
+    # ---------------------------------------------------------- accounting
+    def carried(self) -> float:
+        return sum(sum(f.values()) for f in self.inflow.values())
+
+    def spare(self) -> float:
+        return max(0.0, self.capacity - self.carried())
+
+    def supply(self, h: str) -> float:
+        return sum(self.inflow[h].values())
+
+    def is_holder(self, node: str) -> bool:
+        return node in self.holders
+
+    def targets(self, h: str) -> list[str]:
+        if self.last:
+            return [h] if h in self.next else []
+        return sorted(self.next)
+
+    def target_spare(self, h: str, v: str) -> float:
+        return INF if self.last else super().target_spare(h, v)
+
+    def target_label(self, h: str, v: str) -> int:
+        return 0 if self.last else super().target_label(h, v)
+
+    def target_cheapest(self, h: str, v: str) -> float:
+        return self.env.cost(self.id, v) if self.last else super().target_cheapest(h, v)
+
+    def target_worst(self, h: str, v: str) -> float:
+        return self.env.cost(self.id, v) if self.last else super().target_worst(h, v)
+
+    def upstream_label(self, u: str, h: str) -> int:
+        return self.src_label if self.is_holder(u) else self.view_label(u, h)
+
+    def compute_label(self, h: str) -> int:
+        """Relabel: one more than the lowest label among residual neighbours (or "unreachable")."""
+        best = self._fwd_cache.get(h)
+        if best is None:
+            best = self.max_label
+            for v in self.targets(h):
+                if self.target_spare(h, v) + self.offered(h, v) > EPS:
+                    best = min(best, self.target_label(h, v))
+            self._fwd_cache[h] = best
+        for u, r in self.inflow[h].items():
+            if r > EPS:
+                best = min(best, self.upstream_label(u, h))
+        return min(best + 1, self.max_label)
+
+    def label(self, h: str) -> int:
+        return self._labels.get(h, self.max_label)
+
+    def state(self) -> State:
+        cheapest = {h: self.cheapest(h) for h in self.holders}
+        worst = {h: w for h in self.holders if (w := self.worst(h)) is not None}
+        return State(self.id, self.version, self.spare(), dict(self._labels), cheapest, worst)
+
+    # ------------------------------------------------------------ handlers
+    def handle(self, src: str, body: Body) -> None:
+        if self.dispatch_sender(src, body):
+            if isinstance(body, Return) and body.hint is not None:
+                self._hold_until = self.now + HOLD_S_FACTOR * self.env.retry_s
+                self.env.set_timer(self.id, HOLD_S_FACTOR * self.env.retry_s, "hold")
+            return
+        if isinstance(body, Offer):
+            self.on_offer(src, body)
+        elif isinstance(body, Cancel):
+            got = min(body.rate, self.inflow[body.holder].get(src, 0.0))
+            if got > 0:
+                self.inflow[body.holder][src] -= got
+            self.send(src, CancelDone(body.cancel_id, body.holder, got, self.state()))
+
+    def on_offer(self, src: str, msg: Offer) -> None:
+        """Accept up to spare capacity if we are below the sender; otherwise reject with our state."""
+        h = msg.holder
+        accepted = 0.0
+        if src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
+            accepted = min(msg.rate, self.spare())
+            if msg.swap_from is not None and accepted < msg.rate - EPS:
+                accepted += self._swap(src, h, msg.rate - accepted, msg.swap_from)
+        if accepted > EPS:
+            self.inflow[h][src] = self.inflow[h].get(src, 0.0) + accepted
+        else:
+            accepted = 0.0
+        self._labels = {hh: self.compute_label(hh) for hh in self.holders}
+        self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
+
+    def _swap(self, sender: str, h: str, rate: float, other: str) -> float:
+        """Make room for `sender` by handing one in-flow over to `other` (same stage as us).
+
+        Taken when it lowers the cost of the affected edges: sender->us and u->other instead of
+        sender->other and u->us. The displaced upstream u gets its flow back with a hint.
+        """
+        cost = self.env.cost
+        best: tuple[float, str, str] | None = None
+        for hh, flows in self.inflow.items():
+            for u, r in flows.items():
+                if u == sender or r <= EPS:
+                    continue
+                try:
+                    delta = cost(sender, self.id) - cost(sender, other) + cost(u, other) - cost(u, self.id)
+                except Exception:  # noqa: BLE001 - other left the instance: no swap
+                    return 0.0
+                if delta < -1e-6 and (best is None or delta < best[0]):
+                    best = (delta, hh, u)
+        if best is None:
+            return 0.0
+        _, hh, u = best
+        moved = min(rate, self.inflow[hh][u])
+        self.inflow[hh][u] -= moved
+        self.send(u, Return(hh, moved, self.state(), hint=other))
+        return moved
+
+    def timer(self, token: str) -> None:
+        """The hold after a swap hint expired: settle() may now return flow upstream."""
+
+    def forget(self, node: str) -> None:
+        for h in self.holders:
+            self.inflow[h].pop(node, None)
+        self.forget_target(node)
+        self.budget = max(self.budget, self.base_budget())
+
+    def on_joined(self) -> None:
+        self.budget = max(self.budget, self.base_budget())
+
+    def base_budget(self) -> int:
+        return 2 + len(self.next) // 2
+
+    def set_capacity(self, capacity: float) -> None:
+        self.capacity = capacity
+        self.budget = max(self.budget, self.base_budget())
+        self.settle()
+
+    # ---------------------------------------------------------------- core
+    def settle(self) -> None:
+        """Relabel, then push / return / cancel until every holder's excess is handled, then improve."""
+        self._labels = {h: self.compute_label(h) for h in self.holders}
+        over = self.carried() - self.capacity
+        if over > EPS:  # capacity dropped: hand the most expensive in-flows back
+            self._return_most_expensive(over)
+        busy = False
+        for h in self.holders:
+            ex = self.excess(h)
+            if ex > EPS:
+                left = self.push(h)
+                if left > EPS:
+                    if self.now < self._hold_until:
+                        busy = True
+                    else:
+                        left = self._return(h, left)
+                    busy = busy or left > EPS
+            elif ex < -EPS:
+                self.cancel_deficit(h)
+        if not busy and not self.offers and not self.cancels:
+            self.try_improve()
+        self._labels = {h: self.compute_label(h) for h in self.holders}
+        self.announce()
+
+    def _return(self, h: str, amount: float) -> float:
+        """Return flow to upstreams below us (most expensive edge first); returns what is left."""
+        mine = self.label(h)
+        ups = [u for u, r in self.inflow[h].items() if r > EPS and self.upstream_label(u, h) < mine]
+        ups.sort(key=lambda u: (-self.env.cost(u, self.id), u))
+        for u in ups:
+            if amount <= EPS:
+                break
+            rate = min(amount, self.inflow[h][u])
+            self.inflow[h][u] -= rate
+            amount -= rate
+            self.send(u, Return(h, rate, self.state()))
+        return amount
+
+    def _return_most_expensive(self, amount: float) -> None:
+        flows = [(self.env.cost(u, self.id), h, u) for h, f in self.inflow.items() for u, r in f.items()
+                 if r > EPS]
+        for _, h, u in sorted(flows, reverse=True):
+            if amount <= EPS:
+                break
+            rate = min(amount, self.inflow[h][u])
+            self.inflow[h][u] -= rate
+            amount -= rate
+            self.send(u, Return(h, rate, self.state()))
+
+
+__all__ = ["PeerAgent", "Announce"]
