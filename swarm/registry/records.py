@@ -383,7 +383,7 @@ def _load(raw: Any) -> dict:
     if len(raw) > MAX_RECORD_BYTES:
         raise RecordError(f"value of {len(raw)} bytes is larger than {MAX_RECORD_BYTES}")
     try:
-        data = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=True)
+        data = msgpack.unpackb(bytes(raw), raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises many types (ExtraData, FormatError, ValueError, ...)
         raise RecordError(f"not a msgpack value ({type(exc).__name__})") from None
     if not isinstance(data, dict):
