@@ -177,7 +177,8 @@ class MessageBus:
         if not isinstance(spec, PeerSpec):
             raise InstanceError(f"{peer_id!r} is not a stage peer")
         new = PeerSpec(spec.id, spec.stage, capacity, spec.compute_s, spec.region)
-        self.instance = self.instance.replace(peers=[new if p.id == peer_id else p for p in self.instance.peers])
+        peers = [new if p.id == peer_id else p for p in self.instance.peers]
+        self.instance = self.instance.replace(peers=peers)
         agent = self.agents[peer_id]
         assert isinstance(agent, PeerAgent)
         agent.now = self.now

@@ -17,6 +17,7 @@ bound if a time limit stops it early). A second MILP then minimises the total co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -63,12 +64,12 @@ class _Model:
     out_of_holders: np.ndarray  # coefficient row: total flow
 
 
-def _model(instance: Instance) -> _Model:
+def _model(instance: Instance, keep: Callable[[str, str, str], bool] | None = None) -> _Model:
     edges: list[tuple[str, str, str]] = []
     for h in instance.holder_ids():
         lay = layers(instance, h)
         for left, right in zip(lay, lay[1:]):
-            edges.extend((h, a, b) for a in left for b in right)
+            edges.extend((h, a, b) for a in left for b in right if keep is None or keep(h, a, b))
     n = len(edges)
     cost = np.array([instance.edge_cost(a, b) for _, a, b in edges])
     peers = [p.id for p in instance.peers]
@@ -149,9 +150,36 @@ def _longest_to(instance: Instance, holder: str) -> dict[str, float]:
     return reach
 
 
+def _shortest(instance: Instance, holder: str) -> tuple[dict[str, float], dict[str, float]]:
+    """Cheapest path cost from the holder to each node, and from each node back to the holder."""
+    lay = layers(instance, holder)
+    pre = {holder: 0.0}
+    for left, right in zip(lay[:-2], lay[1:-1]):
+        for b in right:
+            pre[b] = min(pre[a] + instance.edge_cost(a, b) for a in left)
+    suf = {p: instance.edge_cost(p, holder) for p in lay[-2]}
+    for left, right in zip(reversed(lay[1:-2]), reversed(lay[2:-1])):
+        for a in left:
+            suf[a] = min(instance.edge_cost(a, b) + suf[b] for b in right)
+    suf[holder] = min(instance.edge_cost(holder, b) + suf[b] for b in lay[1])
+    return pre, suf
+
+
 def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMaxSolution:
-    """Maximum flow whose most expensive used path is as cheap as possible (exact MILP, see module)."""
-    m = _model(instance)
+    """Maximum flow whose most expensive used path is as cheap as possible (exact MILP, see module).
+
+    The min-cost maximum flow gives an upper bound U on the optimum; an edge whose cheapest path
+    through it already costs more than U can carry nothing in an optimal solution, so it is left
+    out of the model (exact pruning, and it is what makes the MILP small).
+    """
+    upper_bound = max_path_cost(instance, min_cost_max_flow(instance)) * (1 + 1e-9) + 1e-12
+    short = {h: _shortest(instance, h) for h in instance.holder_ids()}
+
+    def keep(h: str, a: str, b: str) -> bool:
+        pre, suf = short[h]
+        return pre[a] + instance.edge_cost(a, b) + (0.0 if b == h else suf[b]) <= upper_bound
+
+    m = _model(instance, keep)
     best = _lp_max_flow(m)
     n = len(m.edges)
     holders = instance.holder_ids()
@@ -166,24 +194,37 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     t_col = 2 * n + n_pot  # columns: x (n), y (n), pi (n_pot), T
     width = t_col + 1
     longest = {h: _longest_to(instance, h) for h in holders}
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(terms: list[tuple[int, float]], low: float, high: float) -> None:
+        for col, val in terms:
+            rows.append(len(lo))
+            cols.append(col)
+            vals.append(val)
+        lo.append(low)
+        hi.append(high)
+
     caps = {p.id: p.capacity for p in instance.peers}
     dem = {h.id: h.demand for h in instance.holders}
     for j, (h, a, b) in enumerate(m.edges):
         ub = min(caps.get(b, dem.get(b, best)), caps.get(a, dem.get(a, best)), best)
-        rows += [r, r]; cols += [j, n + j]; vals += [1.0, -ub]; lo.append(-np.inf); hi.append(0.0); r += 1
+        row([(j, 1.0), (n + j, -ub)], -np.inf, 0.0)  # x <= ub * y
         pb = pot[(h, "__sink__")] if b == h else pot[(h, b)]
         d = instance.edge_cost(a, b)
-        big = (0.0 if a == h else longest[h][a]) + d
-        # pi_b - pi_a - big*y >= d - big
-        rows += [r, r]; cols += [2 * n + pb, n + j]; vals += [1.0, -big]
+        pre, suf = short[h]
+        hi_a = 0.0 if a == h else max(pre[a], min(longest[h][a], upper_bound - suf[a]))
+        big = hi_a + d - (pre[b] if b != h else 0.0)
+        terms = [(2 * n + pb, 1.0), (n + j, -big)]  # pi_b - pi_a - big*y >= d - big
         if a != h:
-            rows.append(r); cols.append(2 * n + pot[(h, a)]); vals.append(-1.0)
-        lo.append(d - big); hi.append(np.inf); r += 1
+            terms.append((2 * n + pot[(h, a)], -1.0))
+        row(terms, d - big, np.inf)
     for h in holders:  # sink potential <= T
-        rows += [r, r]; cols += [2 * n + pot[(h, "__sink__")], t_col]; vals += [1.0, -1.0]
-        lo.append(-np.inf); hi.append(0.0); r += 1
+        row([(2 * n + pot[(h, "__sink__")], 1.0), (t_col, -1.0)], -np.inf, 0.0)
+    r = len(lo)
     structural = coo_matrix((vals, (rows, cols)), shape=(r, width)).tocsr()
     pad = coo_matrix((m.a_eq.shape[0], width - n))
     a_eq = hstack([m.a_eq, pad])
@@ -198,7 +239,14 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     integrality[n:2 * n] = 1
     upper = np.full(width, np.inf)
     upper[n:2 * n] = 1.0
-    bounds = Bounds(np.zeros(width), upper)
+    lower = np.zeros(width)
+    for (h, node), k in pot.items():  # WLOG potentials lie in [cheapest prefix, U - cheapest suffix]
+        pre, suf = short[h]
+        if node != "__sink__":
+            lower[2 * n + k] = pre[node]
+            upper[2 * n + k] = max(pre[node], min(longest[h][node], upper_bound - suf[node]))
+    upper[t_col] = upper_bound
+    bounds = Bounds(lower, upper)
     cons = LinearConstraint(a_all, lo_all, hi_all)
     c1 = np.zeros(width)
     c1[t_col] = 1.0
@@ -214,7 +262,7 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     c2[:n] = m.cost
     upper2 = upper.copy()
     upper2[t_col] = t_star * (1 + 1e-9) + 1e-9
-    res2 = milp(c2, constraints=cons, integrality=integrality, bounds=Bounds(np.zeros(width), upper2),
+    res2 = milp(c2, constraints=cons, integrality=integrality, bounds=Bounds(lower, upper2),
                 options=opts)
     x = res2.x if res2.x is not None else res.x
     x = np.where(x[:n] > CLEAN, x[:n], 0.0)
