@@ -2,6 +2,69 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import typer
 
+from cli.errors import UserError, user_errors
+from swarm.flow.bus import MessageBus
+from swarm.flow.churn import churn as apply_churn
+from swarm.flow.generate import random_instance
+from swarm.flow.instance import InstanceError, load_instance
+from swarm.flow.report import figures
+
 bench_app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True)
+
+
+@bench_app.command("flow")
+@user_errors(InstanceError, ValueError)
+def flow(
+    instance: Path | None = typer.Option(None, "--instance", help="Instance JSON file (see README)."),
+    random: bool = typer.Option(False, "--random", help="Generate a random geo instance instead."),
+    peers: int = typer.Option(40, "--peers", help="Random: total stage peers."),
+    stages: int = typer.Option(4, "--stages", help="Random: number of stages."),
+    holders: int = typer.Option(1, "--holders", help="Random: number of data holders."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the instance, delays and churn."),
+    churn: float = typer.Option(
+        0.0, "--churn", help="After convergence remove this fraction of peers, add as many, re-converge."
+    ),
+    loss: float = typer.Option(0.0, "--loss", help="Message loss probability (the protocol retransmits)."),
+    delay_min: float = typer.Option(0.01, "--delay-min", help="Minimum message delay, virtual seconds."),
+    delay_max: float = typer.Option(0.05, "--delay-max", help="Maximum message delay, virtual seconds."),
+    no_improve: bool = typer.Option(False, "--no-improve", help="Plain push-relabel, no local improvement."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Run the decentralized routing protocol and compare it with the exact optimum."""
+    if (instance is None) == (not random):
+        raise UserError("give exactly one of --instance FILE or --random")
+    if not 0.0 <= churn < 1.0:
+        raise UserError(f"--churn must be in [0, 1), got {churn}")
+    if not 0.0 <= loss < 1.0:
+        raise UserError(f"--loss must be in [0, 1), got {loss}")
+    if not 0.0 <= delay_min <= delay_max:
+        raise UserError("--delay-min and --delay-max must satisfy 0 <= min <= max")
+    inst = load_instance(instance) if instance is not None else random_instance(peers, stages, holders, seed)
+    bus = MessageBus(inst, seed=seed, delay=(delay_min, delay_max), loss=loss, improve=not no_improve)
+    start = time.perf_counter()
+    stats = bus.run_until_quiescent()
+    seconds = time.perf_counter() - start
+    out = figures(bus, stats)
+    out["seconds"] = round(seconds, 3)
+    if churn > 0:
+        removed, added = apply_churn(bus, churn, seed)
+        start = time.perf_counter()
+        after = bus.run_until_quiescent()
+        again = figures(bus, after)
+        again["seconds"] = round(time.perf_counter() - start, 3)
+        out["reconverge_rounds"] = after.rounds
+        out["churn"] = {"removed": len(removed), "added": len(added),
+                        **{k: v for k, v in again.items() if k != "routes"}}
+        out["routes"] = again["routes"]
+    if as_json:
+        typer.echo(json.dumps(out, sort_keys=True))
+        return
+    for key, value in out.items():
+        if key != "routes":
+            typer.echo(f"{key}: {value}")

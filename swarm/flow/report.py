@@ -1,0 +1,42 @@
+"""The figures `swarm bench flow` prints: protocol result against the exact references."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarm.flow import cost
+from swarm.flow.bottleneck import bottleneck_stage
+from swarm.flow.bus import MessageBus, ProtocolStats
+from swarm.flow.check import violations
+from swarm.flow.reference import max_flow_value, min_cost_max_flow
+
+
+def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
+    """Flow, path costs and message counts of the bus's state, beside the exact optimum."""
+    inst = bus.instance
+    routes = bus.routes()
+    optimal = min_cost_max_flow(inst)
+    nodes = len(bus.agents)
+    per_node = [stats.sent_by.get(n, 0) for n in bus.agents]
+    degree = [len(a.prev | a.next) for a in bus.agents.values()]
+    return {
+        "peers": len(inst.peers),
+        "stages": inst.stages,
+        "holders": len(inst.holders),
+        "flow": round(cost.flow_value(routes), 6),
+        "optimal_flow": round(max_flow_value(inst), 6),
+        "max_path_cost": round(cost.max_path_cost(inst, routes), 6),
+        "optimal_max_path_cost": round(cost.max_path_cost(inst, optimal), 6),
+        "mean_path_cost": round(cost.mean_path_cost(inst, routes), 6),
+        "optimal_mean_path_cost": round(cost.mean_path_cost(inst, optimal), 6),
+        "rounds": stats.rounds,
+        "messages": stats.messages,
+        "messages_per_peer": round(stats.messages / max(nodes, 1), 2),
+        "max_messages_per_peer": max(per_node, default=0),
+        "messages_per_neighbour": round(stats.messages / max(sum(degree), 1), 2),
+        "virtual_seconds": round(stats.virtual_time, 4),
+        "quiescent": stats.quiescent,
+        "violations": len(violations(bus)),
+        "bottleneck_stage": bottleneck_stage(inst, routes),
+        "routes": cost.aggregate(routes),
+    }

@@ -1,0 +1,74 @@
+"""`swarm bench flow`: JSON figures, churn, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from tests.flow.test_instances import GOOD
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, ["bench", "flow", *args])
+
+
+def test_random_json() -> None:
+    res = run("--random", "--peers", "12", "--stages", "3", "--holders", "2", "--seed", "4", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("flow", "optimal_flow", "max_path_cost", "optimal_max_path_cost", "mean_path_cost",
+                "optimal_mean_path_cost", "rounds", "messages", "messages_per_peer", "seconds", "routes",
+                "bottleneck_stage"):
+        assert key in out
+    assert out["flow"] == pytest.approx(out["optimal_flow"], abs=1e-5)
+    assert out["violations"] == 0
+
+
+def test_instance_file_with_churn(tmp_path) -> None:
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(GOOD))
+    res = run("--instance", str(path), "--json", "--churn", "0.5", "--loss", "0.1")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["flow"] == pytest.approx(2.0)
+    assert "reconverge_rounds" in out
+    assert out["churn"]["flow"] == pytest.approx(out["churn"]["optimal_flow"], abs=1e-5)
+
+
+def test_plain_text_output() -> None:
+    res = run("--random", "--peers", "4", "--stages", "2", "--seed", "1")
+    assert res.exit_code == 0
+    assert "flow:" in res.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "exactly one of --instance FILE or --random"),
+        (("--random", "--peers", "2", "--stages", "4"), "--peers must be at least --stages"),
+        (("--random", "--churn", "1.5"), "--churn must be in [0, 1)"),
+        (("--random", "--loss", "-0.1"), "--loss"),
+        (("--instance", "/nonexistent/x.json"), "cannot read instance file"),
+    ],
+)
+def test_bad_input(args, message: str) -> None:
+    res = run(*args)
+    assert res.exit_code != 0
+    assert message in res.output
+    assert "Traceback" not in res.output
+
+
+def test_bad_instance_file(tmp_path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**GOOD, "peers": [{**GOOD["peers"][0], "region": "Atlantis"}]}))
+    res = run("--instance", str(path))
+    assert res.exit_code != 0
+    assert "error: " in res.output and "unknown region 'Atlantis'" in res.output
+    path.write_text("[1, 2")
+    res = run("--instance", str(path))
+    assert res.exit_code != 0 and "not valid JSON" in res.output

@@ -1,0 +1,116 @@
+"""The decentralized protocol: exact maximum flow, invariants at quiescence, loss, reordering, churn."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from swarm.flow import cost
+from swarm.flow.bottleneck import bottleneck_stage
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.churn import churn
+from swarm.flow.generate import random_instance
+from swarm.flow.instance import PeerSpec
+from swarm.flow.reference import max_flow_value
+
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def converge(bus: MessageBus) -> None:
+    stats = bus.run_until_quiescent()
+    assert stats.quiescent
+    assert violations(bus) == []
+
+
+@SETTINGS
+@given(stages=st.integers(1, 5), per_stage=st.integers(1, 4), holders=st.integers(1, 3),
+       seed=st.integers(0, 10_000), improve=st.booleans())
+def test_max_flow_and_invariants(stages: int, per_stage: int, holders: int, seed: int, improve: bool) -> None:
+    inst = random_instance(stages * per_stage, stages, holders, seed)
+    bus = MessageBus(inst, seed=seed, improve=improve)
+    converge(bus)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
+@SETTINGS
+@given(stages=st.integers(1, 4), per_stage=st.integers(1, 4), holders=st.integers(1, 2),
+       seed=st.integers(0, 10_000), loss=st.sampled_from([0.05, 0.2, 0.4]))
+def test_loss_and_reordering(stages: int, per_stage: int, holders: int, seed: int, loss: float) -> None:
+    """Wide delay spread reorders messages; loss is repaired by retransmission."""
+    inst = random_instance(stages * per_stage, stages, holders, seed)
+    bus = MessageBus(inst, seed=seed, delay=(0.001, 0.2), loss=loss)
+    converge(bus)
+    assert bus.stats.dropped > 0 or bus.stats.messages < 20
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
+@SETTINGS
+@given(seed=st.integers(0, 10_000), fraction=st.sampled_from([0.1, 0.2, 0.4]))
+def test_churn_reconverges_to_new_maximum(seed: int, fraction: float) -> None:
+    inst = random_instance(12, 3, 2, seed)
+    bus = MessageBus(inst, seed=seed)
+    converge(bus)
+    removed, added = churn(bus, fraction, seed)
+    assert len(removed) == len(added)
+    converge(bus)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+
+
+def test_churn_mid_run_and_changes() -> None:
+    """Events while messages are still in flight: leave, join, capacity and demand changes."""
+    inst = random_instance(16, 4, 2, seed=3)
+    bus = MessageBus(inst, seed=3, loss=0.1)
+    bus.run_until(0.1)
+    bus.remove_peer(inst.peers_of(1)[0].id)
+    bus.add_peer(PeerSpec("late", 1, 4.0, 0.1, "Iowa"))
+    bus.run_until(0.3)
+    bus.set_capacity(inst.peers_of(2)[0].id, 0.5)
+    bus.set_demand("h0", 0.7)
+    bus.set_compute(inst.peers_of(0)[0].id, 0.01)
+    converge(bus)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+
+
+def test_hand_checked_diamond(diamond) -> None:
+    bus = MessageBus(diamond, seed=1)
+    converge(bus)
+    routes = bus.routes()
+    assert cost.flow_value(routes) == pytest.approx(4.0)
+    assert sum(routes["h"]["c"].values()) == pytest.approx(4.0)  # everything comes home through c
+    assert bottleneck_stage(diamond, routes) == 1
+    assert sum(routes["h"]["h"].values()) == pytest.approx(4.0)
+    assert routes["h"]["h"]["a"] <= 2.0 + 1e-9 and routes["h"]["h"]["b"] <= 3.0 + 1e-9
+
+
+def test_demand_limited_single_stage() -> None:
+    from tests.flow.conftest import explicit
+
+    inst = explicit(1, [("fast", 0, 5.0, 0.1), ("slow", 0, 5.0, 0.9)], [("h", 3.0)])
+    bus = MessageBus(inst, seed=0)
+    converge(bus)
+    routes = bus.routes()
+    assert routes == {"h": {"h": {"fast": pytest.approx(3.0)}, "fast": {"h": pytest.approx(3.0)}}}
+    assert cost.max_path_cost(inst, routes) == pytest.approx(inst.edge_cost("h", "fast") * 2)
+
+
+def test_microbatches_return_to_their_own_holder() -> None:
+    inst = random_instance(9, 3, 3, seed=5)
+    bus = MessageBus(inst, seed=5)
+    converge(bus)
+    for h, per_node in bus.routes().items():
+        for node, nexts in per_node.items():
+            assert all(v == h for v in nexts if v in inst.holder_ids())
+        sent = sum(per_node.get(h, {}).values())
+        back = sum(r for node, nexts in per_node.items() for v, r in nexts.items() if v == h)
+        assert back == pytest.approx(sent, abs=1e-6)
+
+
+def test_messages_scale_with_neighbours_not_swarm_size() -> None:
+    """Same stage width, 4x the stages: messages per node stay about the same."""
+    small = MessageBus(random_instance(24, 3, 1, seed=2), seed=2)
+    large = MessageBus(random_instance(96, 12, 1, seed=2), seed=2)
+    a, b = small.run_until_quiescent(), large.run_until_quiescent()
+    per_a, per_b = a.messages / len(small.agents), b.messages / len(large.agents)
+    assert per_b < 3 * per_a
