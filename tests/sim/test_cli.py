@@ -1,0 +1,73 @@
+"""`swarm sim` as a user runs it (subprocess): JSON output, figures, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+SMALL = {
+    "name": "cli-small",
+    "model": "gpt-500m",
+    "stages": 2,
+    "peers": {"count": 6, "regions": ["Iowa", "Germany"], "gpus": {"A100-80GB": 1, "T4": 1}},
+    "holders": {"regions": ["Iowa"]},
+    "churn": {"failure_rate_per_hour": 5.0},
+    "training": {"iterations": 3, "global_batch": 8},
+}
+
+
+def swarm(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cli.main", "sim", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_json_output_and_figures(tmp_path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(SMALL))
+    figures = str(tmp_path / "f")
+    out = swarm("--scenario", str(path), "--router", "gwtf", "--seed", "2", "--json", "--plot", figures)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)["scenarios"][0]
+    assert report["scenario"] == "cli-small" and report["seed"] == 2
+    gwtf = report["results"]["gwtf"]
+    for key in ("training_time_s", "throughput_microbatches_s", "gpu_idle_fraction",
+                "wasted_compute_fraction", "microbatches_lost", "reexecuted", "iterations"):
+        assert key in gwtf
+    assert gwtf["iterations"] == 3 and gwtf["completed"] == 24
+    pngs = sorted(p.name for p in (tmp_path / "f").iterdir())
+    assert "training-time.png" in pngs and "throughput-cli-small.png" in pngs
+    assert "flow-cli-small-gwtf.png" in pngs
+
+
+def test_text_output_for_two_routers(tmp_path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('model = "gpt-500m"\nstages = 2\n[peers]\ncount = 4\n[training]\niterations = 2\n'
+                    'global_batch = 4\n')
+    out = swarm("-s", str(path), "--router", "oracle")
+    assert out.returncode == 0, out.stderr
+    assert "oracle" in out.stdout and "training_time_s=" in out.stdout
+
+
+def test_user_errors_are_one_line(tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"model": "gpt-500m", "stages": 2, "peers": {"count": 4, "regions": ["Mars"]}}')
+    cases = [
+        (["--scenario", str(bad)], "unknown region 'Mars'"),
+        (["--scenario", "no-such-scenario"], "unknown scenario 'no-such-scenario'"),
+        (["--scenario", "homogeneous-single-region", "--router", "best"], "unknown router 'best'"),
+        (["--scenario", "homogeneous-single-region", "--model", "gpt-9"], "unknown model preset 'gpt-9'"),
+        ([], "give a scenario"),
+    ]
+    for args, message in cases:
+        out = swarm(*args)
+        assert out.returncode != 0
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+        assert "Traceback" not in out.stderr
+
+
+def test_list_names_every_builtin() -> None:
+    out = swarm("--list")
+    assert out.returncode == 0
+    assert "geo-10-regions-high-churn:llama-1.5b" in out.stdout.split()

@@ -1,0 +1,50 @@
+"""The three routers on the simulator: they agree where routing cannot matter, nobody loses a
+microbatch, and the oracle is not beaten beyond noise."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from conftest import small
+
+from swarm.sim import compare, simulate
+
+HAVE_SWARM = importlib.util.find_spec("swarm.flow.baseline") is not None
+ROUTERS = ["gwtf", "oracle", *(["swarm"] if HAVE_SWARM else [])]
+
+
+def homogeneous():
+    return small(name="homog", peers={"count": 12, "regions": ["Iowa"], "gpus": "A100-80GB"},
+                 holders={"regions": ["Iowa", "Iowa"]}, stages=3,
+                 training={"iterations": 4, "global_batch": 24})
+
+
+def test_homogeneous_no_churn_routers_agree_and_oracle_is_not_beaten() -> None:
+    results = compare(homogeneous(), ROUTERS)
+    times = {name: r.training_time_s for name, r in results.items()}
+    best, worst = min(times.values()), max(times.values())
+    assert worst <= 1.25 * best, times
+    oracle = results["oracle"].throughput_microbatches_s
+    for name, r in results.items():
+        assert r.completed == r.injected == 4 * 24
+        assert r.throughput_microbatches_s <= 1.25 * oracle, (name, times)
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_conservation_under_churn_for_every_router(router, churny) -> None:
+    res = simulate(churny, router)
+    assert res.crashes > 0 and res.joins > 0
+    assert res.injected == res.completed == churny.iterations * churny.global_batch
+    assert res.in_flight_at_end == 0
+    assert res.reexecuted + res.rerouted > 0
+
+
+def test_router_runs_are_deterministic(churny) -> None:
+    a, b = simulate(churny, "gwtf"), simulate(churny, "gwtf")
+    assert a.summary() == b.summary() and a.completion_times == b.completion_times
+
+
+def test_gwtf_uses_the_protocol_bus() -> None:
+    res = simulate(homogeneous(), "gwtf")
+    assert res.protocol_messages > 0
