@@ -46,6 +46,13 @@ class Env(Protocol):
     def cost(self, a: str, b: str) -> float: ...
 
 
+def _coarse(cost: float) -> float:
+    """Costs rounded to 3 significant digits: smaller changes are not announced."""
+    if not math.isfinite(cost) or cost == 0:
+        return cost
+    return round(cost, 2 - int(math.floor(math.log10(abs(cost)))))
+
+
 class Node:
     """Reliable channel (seq, ack, retransmit, dedup), causal depth and neighbour views."""
 
@@ -69,6 +76,9 @@ class Node:
         self._seen: dict[str, set[int]] = {}
         self._retry_armed = False
         self._announced: tuple | None = None
+        self._announced_down: tuple | None = None
+        self._announce_armed = False
+        self.announce_s = env.retry_s / 4.0
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
 
@@ -124,7 +134,7 @@ class Node:
             self._cheap_cache.clear()
             self._fwd_cache.clear()
             self.on_joined()
-            self._announced = None  # tell the newcomer who we are
+            self._announced = self._announced_down = None  # tell the newcomer who we are
         self.settle()
 
     def on_timer(self, token: str, now: float) -> None:
@@ -139,6 +149,9 @@ class Node:
             if self._unacked:
                 self._retry_armed = True
                 self.env.set_timer(self.id, self.env.retry_s, "retry")
+        elif token == "announce":
+            self._announce_armed = False
+            self._publish()
         else:
             self.timer(token)
             self.settle()
@@ -159,20 +172,32 @@ class Node:
             self._fwd_cache.clear()
 
     def announce(self) -> None:
-        """Publish our state to adjacent stages when something they act on changed."""
+        """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time.
+
+        Upstream neighbours (who push to us) get labels, fullness and route costs; downstream ones
+        only need our labels (for returning flow), so they hear only when labels change. Cost
+        changes under 0.1% are not worth a message.
+        """
+        if not self._announce_armed:
+            self._announce_armed = True
+            self.env.set_timer(self.id, self.announce_s, "announce")
+
+    def _publish(self) -> None:
         state = self.state()
-        sig = (
-            state.spare > EPS,
-            tuple(sorted(state.labels.items())),
-            tuple((h, round(c, 9)) for h, c in sorted(state.cheapest.items())),
-            tuple((h, round(c, 9)) for h, c in sorted(state.worst.items())),
-        )
-        if sig != self._announced:
-            self._announced = sig
-            self.version += 1
-            state = self.state()
-            for node in sorted(self.prev | self.next):
-                self.send(node, Announce(state))
+        labels = tuple(sorted(state.labels.items()))
+        costs = tuple((h, _coarse(c)) for h, c in sorted(state.cheapest.items())) + tuple(
+            (h, _coarse(c)) for h, c in sorted(state.worst.items()))
+        up = (state.spare > EPS, labels, costs)
+        if up == self._announced and labels == self._announced_down:
+            return
+        self.version += 1
+        state = self.state()
+        targets = self.prev if labels == self._announced_down else self.prev | self.next
+        if up == self._announced:
+            targets = self.next
+        self._announced, self._announced_down = up, labels
+        for node in sorted(targets):
+            self.send(node, Announce(state))
 
     # ------------------------------------------------------- for subclasses
     def handle(self, src: str, body: Body) -> None:

@@ -17,7 +17,8 @@ def explicit(stages: int, peers: list[tuple[str, int, float, float]], holders: l
     for (a, b), link in (overrides or {}).items():
         links.pop((b, a), None)
         links[(a, b)] = link
-    return Instance(stages=stages, activation_bytes=1e6, holders=hs, peers=ps, geo=False, explicit_links=links)
+    return Instance(stages=stages, activation_bytes=1e6, holders=hs, peers=ps, geo=False,
+                    explicit_links=links)
 
 
 @pytest.fixture

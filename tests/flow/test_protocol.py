@@ -100,7 +100,7 @@ def test_microbatches_return_to_their_own_holder() -> None:
     bus = MessageBus(inst, seed=5)
     converge(bus)
     for h, per_node in bus.routes().items():
-        for node, nexts in per_node.items():
+        for nexts in per_node.values():
             assert all(v == h for v in nexts if v in inst.holder_ids())
         sent = sum(per_node.get(h, {}).values())
         back = sum(r for node, nexts in per_node.items() for v, r in nexts.items() if v == h)
