@@ -59,8 +59,11 @@ def flow(
         again = figures(bus, after)
         again["seconds"] = round(time.perf_counter() - start, 3)
         out["reconverge_rounds"] = after.rounds
-        out["churn"] = {"removed": len(removed), "added": len(added),
-                        **{k: v for k, v in again.items() if k != "routes"}}
+        out["churn"] = {
+            "removed": len(removed),
+            "added": len(added),
+            **{k: v for k, v in again.items() if k != "routes"},
+        }
         out["routes"] = again["routes"]
     if as_json:
         typer.echo(json.dumps(out, sort_keys=True))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import bench, sim, train
+from cli import bench, join, sim, status, train
 
 app = typer.Typer(
     name="swarm",
@@ -15,6 +15,8 @@ app = typer.Typer(
 )
 app.add_typer(bench.bench_app, name="bench")
 train.register(app)
+join.register(app)
+status.register(app)
 sim.register(app)
 
 

@@ -49,20 +49,40 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", help="cpu or cuda."),
         save: str | None = typer.Option(None, help="Write a full transformers checkpoint here at the end."),
         metrics_out: str | None = typer.Option(None, help="JSON lines, one per iteration."),
+        compression: str = typer.Option("none", help="Activations/gradients on the wire: none, fp16, int8."),
+        run: str = typer.Option("swarm", "--run", help="Run id (the DHT key prefix)."),
+        initial_peers: list[str] = typer.Option([], "--initial-peers", help="Join an existing DHT."),
+        host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
+        local_swarm: int = typer.Option(
+            0, help="Start N stage volunteers on loopback beside this initiator."
+        ),
+        holders: int = typer.Option(1, help="With --local-swarm: data holders in all (this one included)."),
+        log_dir: str = typer.Option("runs/local-swarm", help="Where --local-swarm peers write their logs."),
+        threads: int = typer.Option(0, help="torch threads per process (0: default; 1 with --local-swarm)."),
+        verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """Start a training run (initiator). With --local: the single-process baseline."""
         cfg = TrainConfig(
             model=model, data=data, tokenizer=tokenizer, text_field=text_field, stages=stages,
             iterations=iterations, batch_size=batch_size, microbatch_size=microbatch_size, seq_len=seq_len,
             lr=lr, weight_decay=weight_decay, optimizer=optimizer, seed=seed, device=device,
+            compression=compression, run_id=run,
         )  # fmt: skip
         if device.startswith("cuda"):
             import torch
 
             if not torch.cuda.is_available():
                 fail("--device cuda asked for, but torch sees no CUDA device")
+        if local_swarm < 0 or holders < 1:
+            fail("--local-swarm must be >= 0 and --holders >= 1")
         if not local:
-            fail("the live swarm initiator is not part of this build yet; run `swarm train --local`")
+            cfg.validate()
+            from cli.swarm_train import train_swarm
+
+            train_swarm(cfg, initial_peers=list(initial_peers), host=host, local_swarm=local_swarm,
+                        holders=holders, log_dir=log_dir, threads=threads, verbose=verbose,
+                        save=save, metrics_out=metrics_out)  # fmt: skip
+            return
         from swarm.trainer.local import LocalTrainer, train_local
 
         console = Console(stderr=True)

@@ -91,8 +91,8 @@ def load_config(spec: str) -> PretrainedConfig:
 
 
 def config_dict(config: PretrainedConfig) -> dict:
-    """A JSON-safe dict that `config_from_dict` turns back into the same config (for the manifest)."""
-    return config.to_dict()
+    """A JSON-safe dict (string keys only) that `config_from_dict` turns back into the same config."""
+    return json.loads(config.to_json_string(use_diff=False))
 
 
 def config_from_dict(raw: dict) -> PretrainedConfig:

@@ -34,6 +34,8 @@ class TrainConfig:
     optimizer: str = "adamw"
     seed: int = 0
     device: str = "cpu"
+    compression: str = "none"
+    run_id: str = "swarm"
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -45,6 +47,8 @@ class TrainConfig:
             raise ConfigError("--iterations must be >= 0")
         if not self.lr > 0:
             raise ConfigError("--lr must be positive")
+        if self.compression not in ("none", "fp16", "int8"):
+            raise ConfigError(f"unknown compression {self.compression!r} (use none, fp16 or int8)")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r} (use one of {', '.join(OPTIMIZERS)})")
         try:

@@ -25,5 +25,15 @@ def compare(
     return {name: simulate(scenario, name, seed) for name in routers}
 
 
-__all__ = ["ROUTERS", "Scenario", "ScenarioError", "SimResult", "Simulation", "builtin_names", "compare",
-           "ratios", "resolve_scenario", "simulate"]
+__all__ = [
+    "ROUTERS",
+    "Scenario",
+    "ScenarioError",
+    "SimResult",
+    "Simulation",
+    "builtin_names",
+    "compare",
+    "ratios",
+    "resolve_scenario",
+    "simulate",
+]

@@ -54,8 +54,18 @@ class SimResult:
         return out
 
     def details(self) -> dict[str, float | int]:
-        keep = ("injected", "completed", "in_flight_at_end", "rerouted", "stalls", "crashes", "joins",
-                "averaging_s", "protocol_messages", "events")
+        keep = (
+            "injected",
+            "completed",
+            "in_flight_at_end",
+            "rerouted",
+            "stalls",
+            "crashes",
+            "joins",
+            "averaging_s",
+            "protocol_messages",
+            "events",
+        )
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items() if k in keep}
 
 

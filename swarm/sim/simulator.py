@@ -27,8 +27,21 @@ from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity
 from swarm.sim.scenario import Scenario
 from swarm.sim.state import LoadView, Microbatch, Node, ring_allreduce_s
 
-(FWD_ARRIVE, FWD_DONE, HOME_ARRIVE, HOME_DONE, BWD_ARRIVE, BWD_DONE, GRAD_HOME, RECOVER, CRASH, JOIN,
- READY, ITER_START, END) = range(13)
+(
+    FWD_ARRIVE,
+    FWD_DONE,
+    HOME_ARRIVE,
+    HOME_DONE,
+    BWD_ARRIVE,
+    BWD_DONE,
+    GRAD_HOME,
+    RECOVER,
+    CRASH,
+    JOIN,
+    READY,
+    ITER_START,
+    END,
+) = range(13)
 
 
 class Router(Protocol):
@@ -96,8 +109,10 @@ class Simulation:
         """The swarm as the routing sees it now (live, serving peers); None while a stage is empty."""
         if self._instance is None:
             peers = [self.spec(p) for stage in self.live for p in stage]
-            holders = [HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
-                       for h in self.holders]
+            holders = [
+                HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
+                for h in self.holders
+            ]
             try:
                 self._instance = Instance(self.stages, self.act_bytes, tuple(holders), tuple(peers))
             except InstanceError:
@@ -129,8 +144,14 @@ class Simulation:
         else:
             stage = self.router.join_stage(ok, self.q.now)
         g = gpu(m.gpu)
-        node = Node(m.id, stage, m.region, m.gpu, self.sc.model.compute_s(self.layers[stage], g, self.sc.mfu),
-                    FORWARD_SHARE)
+        node = Node(
+            m.id,
+            stage,
+            m.region,
+            m.gpu,
+            self.sc.model.compute_s(self.layers[stage], g, self.sc.mfu),
+            FORWARD_SHARE,
+        )
         node.slots = self.sc.model.stage_slots(self.layers[stage], g)
         self.nodes[m.id] = node
         if m.dies_s < math.inf:
@@ -293,8 +314,9 @@ class Simulation:
         avg = 0.0
         for s in range(self.stages):
             replicas = [self.nodes[p] for p in self.live[s]]
-            avg = max(avg, ring_allreduce_s(replicas, self.sc.model.stage_param_bytes(self.layers[s]),
-                                            self.link))
+            avg = max(
+                avg, ring_allreduce_s(replicas, self.sc.model.stage_param_bytes(self.layers[s]), self.link)
+            )
         self.res.averaging_s += avg
         self.res.iterations += 1
         self.mbs.clear()

@@ -11,8 +11,25 @@ from swarm.flow.instance import Link
 class Node:
     """A data holder (stage -1) or a stage server, with its serial compute queue."""
 
-    __slots__ = ("id", "stage", "region", "gpu", "slots", "compute_s", "fwd_s", "bwd_s", "alive", "ready_s",
-                 "died_s", "free_at", "busy_s", "resident", "stash", "carried", "samples")
+    __slots__ = (
+        "id",
+        "stage",
+        "region",
+        "gpu",
+        "slots",
+        "compute_s",
+        "fwd_s",
+        "bwd_s",
+        "alive",
+        "ready_s",
+        "died_s",
+        "free_at",
+        "busy_s",
+        "resident",
+        "stash",
+        "carried",
+        "samples",
+    )
 
     def __init__(self, id: str, stage: int, region: str, gpu: str, compute_s: float, fwd_share: float):
         self.id, self.stage, self.region, self.gpu = id, stage, region, gpu
@@ -40,8 +57,20 @@ class Node:
 
 
 class Microbatch:
-    __slots__ = ("id", "holder", "path", "pos", "backward", "gen", "sender", "sent_at", "task", "compute",
-                 "holder_compute", "lost")
+    __slots__ = (
+        "id",
+        "holder",
+        "path",
+        "pos",
+        "backward",
+        "gen",
+        "sender",
+        "sent_at",
+        "task",
+        "compute",
+        "holder_compute",
+        "lost",
+    )
 
     def __init__(self, id: int, holder: str, stages: int):
         self.id, self.holder = id, holder
@@ -73,9 +102,7 @@ class LoadView(Mapping[str, int]):
         return len(self._nodes)
 
 
-def ring_allreduce_s(
-    replicas: Sequence[Node], param_bytes: float, link: Callable[[str, str], Link]
-) -> float:
+def ring_allreduce_s(replicas: Sequence[Node], param_bytes: float, link: Callable[[str, str], Link]) -> float:
     """Seconds of a ring all-reduce of `param_bytes` over the replicas, ordered by region so the ring
     crosses each region boundary once: 2(n-1)/n of the bytes over the slowest link of the ring,
     plus 2(n-1) latency steps of the slowest hop."""

@@ -47,4 +47,6 @@ def test_llama_checkpoint_untied(tmp_path) -> None:
     model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     sd = model.state_dict()
     assert torch.equal(sd["lm_head.weight"], trainer.holder.lm_head.weight)
-    assert torch.equal(sd["model.layers.3.mlp.up_proj.weight"], trainer.stages[1].blocks[1].mlp.up_proj.weight)
+    assert torch.equal(
+        sd["model.layers.3.mlp.up_proj.weight"], trainer.stages[1].blocks[1].mlp.up_proj.weight
+    )

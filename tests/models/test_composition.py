@@ -13,7 +13,9 @@ SEED = 7
 
 
 def gpt2_config(tied: bool) -> GPT2Config:
-    config = GPT2Config(vocab_size=97, n_positions=64, n_embd=32, n_layer=5, n_head=4, tie_word_embeddings=tied)
+    config = GPT2Config(
+        vocab_size=97, n_positions=64, n_embd=32, n_layer=5, n_head=4, tie_word_embeddings=tied
+    )
     config._attn_implementation = "sdpa"
     return config
 
@@ -48,7 +50,9 @@ def test_composition_matches_full_model(name: str, num_stages: int) -> None:
     config = CONFIGS[name]()
     full = build_full_model(config, SEED).eval()
     holder = build_holder(config, SEED).eval()
-    stages = [build_stage(config, spec, SEED).eval() for spec in partition(config.num_hidden_layers, num_stages)]
+    stages = [
+        build_stage(config, spec, SEED).eval() for spec in partition(config.num_hidden_layers, num_stages)
+    ]
 
     full_params = dict(full.named_parameters())
     parts = [holder, *stages]

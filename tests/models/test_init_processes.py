@@ -13,7 +13,8 @@ from models.partition import partition
 from models.staged import build_stage, build_holder
 config = load_config(sys.argv[1])
 digest = hashlib.sha256()
-for part in [build_holder(config, 11), *(build_stage(config, s, 11) for s in partition(config.num_hidden_layers, 3))]:
+stages = partition(config.num_hidden_layers, 3)
+for part in [build_holder(config, 11), *(build_stage(config, s, 11) for s in stages)]:
     for name, tensor in sorted(part.state_dict().items()):
         digest.update(name.encode()); digest.update(tensor.numpy().tobytes())
 print(digest.hexdigest())

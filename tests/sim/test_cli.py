@@ -18,8 +18,9 @@ SMALL = {
 
 
 def swarm(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", "sim", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", "sim", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_json_output_and_figures(tmp_path) -> None:
@@ -31,8 +32,15 @@ def test_json_output_and_figures(tmp_path) -> None:
     report = json.loads(out.stdout)["scenarios"][0]
     assert report["scenario"] == "cli-small" and report["seed"] == 2
     gwtf = report["results"]["gwtf"]
-    for key in ("training_time_s", "throughput_microbatches_s", "gpu_idle_fraction",
-                "wasted_compute_fraction", "microbatches_lost", "reexecuted", "iterations"):
+    for key in (
+        "training_time_s",
+        "throughput_microbatches_s",
+        "gpu_idle_fraction",
+        "wasted_compute_fraction",
+        "microbatches_lost",
+        "reexecuted",
+        "iterations",
+    ):
         assert key in gwtf
     assert gwtf["iterations"] == 3 and gwtf["completed"] == 24
     pngs = sorted(p.name for p in (tmp_path / "f").iterdir())
@@ -42,8 +50,9 @@ def test_json_output_and_figures(tmp_path) -> None:
 
 def test_text_output_for_two_routers(tmp_path) -> None:
     path = tmp_path / "s.toml"
-    path.write_text('model = "gpt-500m"\nstages = 2\n[peers]\ncount = 4\n[training]\niterations = 2\n'
-                    'global_batch = 4\n')
+    path.write_text(
+        'model = "gpt-500m"\nstages = 2\n[peers]\ncount = 4\n[training]\niterations = 2\nglobal_batch = 4\n'
+    )
     out = swarm("-s", str(path), "--router", "oracle")
     assert out.returncode == 0, out.stderr
     assert "oracle" in out.stdout and "training_time_s=" in out.stdout

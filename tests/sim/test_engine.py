@@ -15,8 +15,12 @@ from swarm.sim.state import Node, ring_allreduce_s
 def test_single_pipeline_iteration_time_is_exact() -> None:
     """holder -> p0 -> p1 -> holder and back: 6 transfers, every compute once, no averaging."""
     peers = [{"gpu": "A100-80GB", "region": "Iowa", "stage": 0}, {"gpu": "T4", "region": "Iowa", "stage": 1}]
-    sc = small(stages=2, peers=peers, holders={"regions": ["Iowa"], "gpu": "L4"},
-               training={"iterations": 3, "global_batch": 1})
+    sc = small(
+        stages=2,
+        peers=peers,
+        holders={"regions": ["Iowa"], "gpu": "L4"},
+        training={"iterations": 3, "global_batch": 1},
+    )
     res = Simulation(sc, LeastLoaded()).run()
     model = PRESETS["gpt-500m"]
     same = geo_matrix().same_region
@@ -33,9 +37,13 @@ def test_single_pipeline_iteration_time_is_exact() -> None:
 def test_two_microbatches_queue_behind_each_other() -> None:
     """Two microbatches on one pipeline: the link serialises them, the GPU runs them FIFO."""
     peers = [{"gpu": "A100-80GB", "region": "Iowa", "stage": 0}]
-    sc = small(model={"layers": 2, "hidden": 64, "vocab": 100, "seq_len": 8, "microbatch": 1},
-               stages=1, peers=peers, holders={"regions": ["Iowa"]},
-               training={"iterations": 1, "global_batch": 2})
+    sc = small(
+        model={"layers": 2, "hidden": 64, "vocab": 100, "seq_len": 8, "microbatch": 1},
+        stages=1,
+        peers=peers,
+        holders={"regions": ["Iowa"]},
+        training={"iterations": 1, "global_batch": 2},
+    )
     res = Simulation(sc, LeastLoaded()).run()
     same = geo_matrix().same_region
     tx = sc.model.activation_bytes / same.bandwidth_bytes_s

@@ -15,9 +15,13 @@ ROUTERS = ["gwtf", "oracle", *(["swarm"] if HAVE_SWARM else [])]
 
 
 def homogeneous():
-    return small(name="homog", peers={"count": 12, "regions": ["Iowa"], "gpus": "A100-80GB"},
-                 holders={"regions": ["Iowa", "Iowa"]}, stages=3,
-                 training={"iterations": 4, "global_batch": 24})
+    return small(
+        name="homog",
+        peers={"count": 12, "regions": ["Iowa"], "gpus": "A100-80GB"},
+        holders={"regions": ["Iowa", "Iowa"]},
+        stages=3,
+        training={"iterations": 4, "global_batch": 24},
+    )
 
 
 def test_homogeneous_no_churn_planned_routers_agree() -> None:
@@ -31,8 +35,11 @@ def test_homogeneous_no_churn_planned_routers_agree() -> None:
         assert r.throughput_microbatches_s <= 1.25 * oracle, (name, times)
 
 
-@pytest.mark.xfail(reason="known: the flow's in-flight capacities concentrate microbatches on a few "
-                   "peers; SWARM's least-busy spreading beats the plan on a homogeneous LAN", strict=False)
+@pytest.mark.xfail(
+    reason="known: the flow's in-flight capacities concentrate microbatches on a few "
+    "peers; SWARM's least-busy spreading beats the plan on a homogeneous LAN",
+    strict=False,
+)
 @pytest.mark.skipif(not HAVE_SWARM, reason="swarm/flow/baseline.py not there")
 def test_homogeneous_no_churn_oracle_is_not_beaten_by_swarm() -> None:
     results = compare(homogeneous(), ["oracle", "swarm"])

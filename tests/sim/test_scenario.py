@@ -21,8 +21,13 @@ GOOD = {"model": "gpt-500m", "stages": 4, "peers": {"count": 8}}
 
 def test_every_builtin_parses_for_every_preset() -> None:
     names = builtin_names()
-    assert {"homogeneous-single-region", "heterogeneous-single-region", "geo-10-regions-no-churn",
-            "geo-10-regions-low-churn", "geo-10-regions-high-churn"} <= set(BUILTIN)
+    assert {
+        "homogeneous-single-region",
+        "heterogeneous-single-region",
+        "geo-10-regions-no-churn",
+        "geo-10-regions-low-churn",
+        "geo-10-regions-high-churn",
+    } <= set(BUILTIN)
     for name in names:
         sc = builtin_scenario(name)
         assert sc.stages <= sc.model.layers
@@ -44,8 +49,10 @@ def test_json_and_toml_files(tmp_path) -> None:
     js.write_text(json.dumps(GOOD))
     assert load_scenario_file(js).name == "a"
     toml = tmp_path / "b.toml"
-    toml.write_text('model = "llama-500m"\nstages = 2\n[peers]\ncount = 4\ngpus = "T4"\n[churn]\n'
-                    'failure_rate_per_hour = 0.1\n')
+    toml.write_text(
+        'model = "llama-500m"\nstages = 2\n[peers]\ncount = 4\ngpus = "T4"\n[churn]\n'
+        "failure_rate_per_hour = 0.1\n"
+    )
     sc = resolve_scenario(str(toml))
     assert sc.model.name == "llama-500m" and sc.join_rate_h == pytest.approx(0.1)
 

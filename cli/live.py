@@ -1,0 +1,70 @@
+"""Running live peers from the command line: event loop, signals, logging, local-swarm children."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("hivemind", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def run_async(main, threads: int | None = None) -> None:
+    """Run `main(stop_event)` on uvloop; SIGINT/SIGTERM set the event for a clean exit."""
+    import torch
+    import uvloop
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    async def wrapper():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        return await main(stop)
+
+    return uvloop.run(wrapper())
+
+
+class LocalSwarm:
+    """Volunteer processes on loopback beside the initiator (the embedded demo and the tests)."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs: list[subprocess.Popen] = []
+
+    def spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.log_dir / f"{name}.log", "w")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "join", *args], stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+        self.procs.append(proc)
+        return proc
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace_s
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

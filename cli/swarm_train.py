@@ -1,0 +1,91 @@
+"""`swarm train` without --local: the initiator of a live swarm (optionally with a local swarm)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from cli.errors import fail
+from cli.live import LocalSwarm, run_async, setup_logging
+from swarm.config import TrainConfig
+
+
+def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
+    table = Table(title=f"run {cfg.run_id}: {cfg.model}, {cfg.stages} stages", expand=False)
+    for col in ("iteration", "loss", "tokens/s", "s/iter", "peers", "carried per stage", "rerouted"):
+        table.add_column(col)
+    for m in rows[-8:]:
+        carried = " | ".join(",".join(str(c) for c in m.per_stage[s].values()) for s in sorted(m.per_stage))
+        table.add_row(str(m.iteration), f"{m.loss:.4f}", f"{m.tokens / m.seconds:,.0f}", f"{m.seconds:.2f}",
+                      str(m.peers), carried, str(m.rerouted))  # fmt: skip
+    table.caption = status
+    return table
+
+
+def train_swarm(
+    cfg: TrainConfig, *, initial_peers: list[str], host: str, local_swarm: int, holders: int,
+    log_dir: str, threads: int, verbose: bool, save: str | None, metrics_out: str | None,
+) -> None:  # fmt: skip
+    setup_logging(verbose)
+    from swarm.node import SwarmNode
+    from swarm.runner import run_initiator
+
+    console = Console(stderr=True)
+    children = LocalSwarm(Path(log_dir)) if local_swarm or holders > 1 else None
+
+    async def main(stop):
+        node = SwarmNode(cfg.run_id, initial_peers, host=host)
+        try:
+            await node.start()
+        except Exception as exc:  # noqa: BLE001 - hivemind raises many kinds here
+            fail(f"cannot start or reach the DHT ({', '.join(initial_peers) or 'new swarm'}): {exc}")
+        maddrs = node.maddrs()
+        console.print(f"[bold]swarm train[/]: volunteers join with  swarm join --run {cfg.run_id} "
+                      f"--initial-peers {maddrs[0]}")  # fmt: skip
+        rows: list = []
+        state = {"status": "starting"}
+        try:
+            if children:
+                for i in range(local_swarm):
+                    children.spawn(f"volunteer{i}", ["--initial-peers", maddrs[0], "--run", cfg.run_id,
+                                                     "--stage", str(i % cfg.stages), "--threads", "1",
+                                                     "--name", f"local-{i}"])  # fmt: skip
+                for k in range(1, holders):
+                    children.spawn(f"holder{k}", ["--initial-peers", maddrs[0], "--run", cfg.run_id,
+                                                  "--role", "holder", "--threads", "1",
+                                                  "--name", f"holder-{k}"])  # fmt: skip
+            with Live(_view(cfg, rows, "starting"), console=console, refresh_per_second=2) as live:
+
+                def status(text: str) -> None:
+                    state["status"] = text
+                    live.update(_view(cfg, rows, text))
+
+                def on_iteration(m) -> None:
+                    rows.append(m)
+                    live.update(_view(cfg, rows, f"iteration {m.iteration} done"))
+
+                train = asyncio.create_task(run_initiator(cfg, node, on_iteration=on_iteration, status=status,
+                                                          save=save, metrics_out=metrics_out))  # fmt: skip
+                stopper = asyncio.create_task(stop.wait())
+                done, _ = await asyncio.wait({train, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if train not in done:
+                    train.cancel()
+                    console.print("interrupted: stopping the run")
+                else:
+                    stopper.cancel()
+                    train.result()
+        finally:
+            if children:
+                children.stop()
+            await node.shutdown()
+        if rows:
+            console.print(f"done: {len(rows)} iterations, loss {rows[0].loss:.4f} -> {rows[-1].loss:.4f}"
+                          + (f", checkpoint in {save}" if save else ""))  # fmt: skip
+
+    run_async(main, threads or (1 if children else None))
+    raise typer.Exit(0)

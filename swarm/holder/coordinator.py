@@ -1,0 +1,144 @@
+"""The initiator's iteration loop: start the holders, wait for the microbatches, end the iteration.
+
+Only control messages go through here (start, step, counts); activations and gradients stream peer
+to peer. At the end of an iteration every stage's members average what they carried (weighted by
+the microbatches the recorded paths say each replica carried) and step together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from swarm.holder.holder import HOLDER_PART, DataHolder
+from swarm.node import SwarmNode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SwarmIteration:
+    iteration: int
+    loss: float
+    tokens: int
+    seconds: float
+    microbatches: int
+    peers: int
+    per_stage: dict[int, dict[str, int]] = field(default_factory=dict)
+    rerouted: int = 0
+    reexecuted: int = 0
+    gradients_lost: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "iteration": self.iteration, "loss": self.loss, "tokens": self.tokens,
+            "seconds": round(self.seconds, 4), "microbatches": self.microbatches, "peers": self.peers,
+            "tokens_per_s": round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0,
+            "rerouted": self.rerouted, "reexecuted": self.reexecuted, "gradients_lost": self.gradients_lost,
+            "carried": {str(s): c for s, c in self.per_stage.items()},
+        }  # fmt: skip
+
+
+class Coordinator:
+    def __init__(self, node: SwarmNode, holder: DataHolder, manifest, status=lambda text: None):
+        self.node, self.holder, self.manifest = node, holder, manifest
+        self.stages = len(manifest.layout)
+        self.status = status
+
+    async def stage_members(self) -> dict[int, list[str]]:
+        peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
+        return {
+            s: sorted(r.peer_id for r in peers.get(s, []) if r.state == "serving") for s in range(self.stages)
+        }
+
+    async def holders(self) -> list[str]:
+        records = await self.node.blocking(self.node.registry.get_stage_peers, HOLDER_PART)
+        others = sorted(r.peer_id for r in records if r.state == "serving" and r.peer_id != self.node.peer_id)
+        return [self.node.peer_id, *others]
+
+    async def wait_for_stages(self, poll_s: float = 1.0) -> dict[int, list[str]]:
+        """Block until every stage has a serving peer, saying which ones are missing."""
+        while True:
+            members = await self.stage_members()
+            missing = [s for s, peers in members.items() if not peers]
+            if not missing:
+                return members
+            self.status(f"waiting for a peer to serve stage(s) {missing}")
+            await asyncio.sleep(poll_s)
+
+    async def run_iteration(self, iteration: int) -> SwarmIteration:
+        await self.wait_for_stages()
+        start = time.perf_counter()  # waiting for peers is not training time
+        self.status(f"iteration {iteration}: microbatches in flight")
+        holders = await self.holders()
+        count = len(holders)
+
+        async def run_holder(index: int, peer: str) -> dict:
+            if peer == self.node.peer_id:
+                return await self.holder.run_iteration(iteration, index, count)
+            reply, _ = await self.node.call(peer, "start", {"iteration": iteration, "holder_index": index,
+                                                            "num_holders": count}, timeout=3600)  # fmt: skip
+            return reply["result"]
+
+        results = await asyncio.gather(*(run_holder(i, h) for i, h in enumerate(holders)))
+        losses: list[float] = []
+        carried: dict[int, Counter] = {s: Counter() for s in range(self.stages)}
+        holder_counts: Counter = Counter()
+        for peer, result in zip(holders, results):
+            for mb in result["microbatches"].values():
+                losses.append(float(mb["loss"]))
+                holder_counts[peer] += 1
+                for stage, hop_peer in enumerate(mb["path"][1:]):
+                    carried[stage][hop_peer] += 1
+        members = await self.stage_members()
+        calls = []
+        for stage in range(self.stages):
+            group = sorted(set(members.get(stage, [])) | set(carried[stage]))
+            calls += [(peer, stage, group, dict(carried[stage])) for peer in group]
+        calls += [(peer, HOLDER_PART, holders, dict(holder_counts)) for peer in holders]
+        replies = await asyncio.gather(*(self._step(p, iteration, g, c) for p, _, g, c in calls),
+                                       return_exceptions=True)  # fmt: skip
+        lost = 0
+        for (peer, stage, _, _), reply in zip(calls, replies):
+            if isinstance(reply, BaseException):
+                log.warning("step of %s (stage %s) failed: %s", peer, stage, reply)
+                continue
+            lost = max(lost, sum(reply.get("lost", {}).values()))
+        seconds = time.perf_counter() - start
+        return SwarmIteration(
+            iteration=iteration, loss=sum(losses) / max(len(losses), 1),
+            tokens=len(losses) * self.manifest.microbatch_size * self.manifest.seq_len, seconds=seconds,
+            microbatches=len(losses), peers=sum(len(v) for v in members.values()) + len(holders),
+            per_stage={s: dict(c) for s, c in carried.items()},
+            rerouted=sum(int(r.get("rerouted", 0)) for r in results), gradients_lost=lost,
+        )  # fmt: skip
+
+    async def _step(
+        self, peer: str, iteration: int, members: list[str], contributors: dict[str, int]
+    ) -> dict:
+        header = {"iteration": iteration, "members": members, "contributors": contributors, "timeout": 60}
+        if peer == self.node.peer_id:
+            reply, _ = await self.holder.on_step(header, b"", None)
+            return reply
+        reply, _ = await self.node.call(peer, "step", header, timeout=300)
+        return reply
+
+    async def fetch_states(self) -> dict[int, bytes]:
+        """One replica's state per stage (for the final checkpoint)."""
+        members = await self.stage_members()
+        states: dict[int, bytes] = {}
+        for stage, peers in members.items():
+            for peer in peers:
+                try:
+                    reply, payload = await self.node.call(peer, "state", {"part": stage}, timeout=600)
+                except Exception as exc:  # noqa: BLE001 - try the next replica
+                    log.warning("state from %s failed: %s", peer, exc)
+                    continue
+                states[stage] = payload
+                break
+            else:
+                raise RuntimeError(f"no replica of stage {stage} could send its state")
+        return states

@@ -1,0 +1,69 @@
+"""What every live peer has: a hivemind DHT node, its P2P daemon, the registry and an RPC server.
+
+Each peer (initiator, data holder, stage server) is its own process with its own DHT and p2pd.
+Blocking DHT calls run in a thread so the event loop (uvloop) keeps serving streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hivemind.p2p import PeerID
+
+from swarm.registry import Registry, create_dht
+from swarm.transport import call as rpc_call
+from swarm.transport.rpc import RpcServer
+
+log = logging.getLogger(__name__)
+
+
+class SwarmNode:
+    """One process's presence in the swarm."""
+
+    def __init__(self, run_id: str, initial_peers: list[str], host: str = "127.0.0.1", port: int = 0,
+                 identity_path: str | None = None, client_mode: bool = False):  # fmt: skip
+        self.run_id = run_id
+        self.initial_peers = initial_peers
+        self.host, self.port = host, port
+        self.identity_path = identity_path
+        self.client_mode = client_mode
+        self.started_at = time.time()
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.dht, self.validator = await loop.run_in_executor(
+            None,
+            lambda: create_dht(
+                self.initial_peers,
+                client_mode=self.client_mode,
+                host=self.host,
+                identity_path=self.identity_path,
+            ),  # fmt: skip
+        )
+        self.p2p = await self.dht.replicate_p2p()
+        self.peer_id = self.dht.peer_id.to_base58()
+        self.registry = Registry(self.dht, self.run_id)
+        self.rpc = RpcServer(self.p2p, f"swarm.{self.run_id}")
+
+    def maddrs(self) -> list[str]:
+        return [str(m) for m in self.dht.get_visible_maddrs()]
+
+    async def blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking call (DHT get/store, torch compute setup) off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    async def call(self, peer: str, name: str, header: dict, payload: bytes = b"", timeout: float = 60.0):
+        return await rpc_call(
+            self.p2p, PeerID.from_base58(peer), f"swarm.{self.run_id}", name, header, payload, timeout=timeout
+        )
+
+    async def shutdown(self) -> None:
+        try:
+            await self.p2p.shutdown()
+        except Exception:  # noqa: BLE001 - shutting down anyway
+            pass
+        await self.blocking(self.dht.shutdown)

@@ -1,0 +1,136 @@
+"""The routing protocol run live: this process's agent, its messages over P2P, timers on the loop.
+
+The same `swarm.flow` state machines that the simulator drives over an in-memory bus run here over
+hivemind P2P: `transmit` sends the envelope with the `flow` RPC, `set_timer` schedules on the event
+loop, neighbours come and go with the DHT's stage records (and RPC failures). The peer's routing
+table is its agent's out-flows. The sender of a `flow` message is authenticated by libp2p, so a peer
+cannot speak for another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import msgpack
+
+from swarm.flow.agent import Node as Agent
+from swarm.flow.holder_agent import HolderAgent
+from swarm.flow.messages import Envelope, NeighbourGone, NeighbourJoined
+from swarm.flow.peer import PeerAgent
+from swarm.node import SwarmNode
+from swarm.routing.codec import from_wire, to_wire
+from swarm.wire import WireError
+
+log = logging.getLogger(__name__)
+LOOPBACK_LATENCY_S = 0.0005
+LOOPBACK_BANDWIDTH = 1e9
+
+
+class LiveFlow:
+    """Hosts one routing agent (a stage peer's or a holder's) in a live process."""
+
+    retry_s = 0.5
+
+    def __init__(self, node: SwarmNode, *, stage: int, stages: int, capacity: float, compute_s: float,
+                 activation_bytes: float, on_change: Callable[[], None] = lambda: None):  # fmt: skip
+        self.node, self.stage, self.stages = node, stage, stages
+        self.capacity, self.compute_s = capacity, compute_s
+        self.activation_bytes = activation_bytes
+        self.on_change = on_change
+        self.compute: dict[str, float] = {node.peer_id: compute_s}
+        self.holders: tuple[str, ...] = ()
+        self.neighbours: dict[str, int] = {}  # peer -> stage (-1 for holders)
+        self.agent: Agent | None = None
+        self.loop = asyncio.get_running_loop()
+        self.t0 = self.loop.time()
+        self.sent = 0
+        self.received = 0
+
+    # ------------------------------------------------------------------ Env
+    def now(self) -> float:
+        return self.loop.time() - self.t0
+
+    def transmit(self, envelope: Envelope) -> None:
+        self.sent += 1
+        payload = msgpack.packb(to_wire(envelope), use_bin_type=True)
+        asyncio.ensure_future(self._send(envelope.dst, payload))
+
+    async def _send(self, dst: str, payload: bytes) -> None:
+        try:
+            await self.node.call(dst, "flow", {"m": payload}, timeout=5.0)
+        except Exception as exc:  # noqa: BLE001 - the protocol retransmits until acknowledged
+            log.debug("flow message to %s failed: %s", dst, exc)
+
+    def set_timer(self, node: str, delay: float, token: str) -> None:
+        self.loop.call_later(delay, self._fire, token)
+
+    def _fire(self, token: str) -> None:
+        if self.agent is not None:
+            self.agent.on_timer(token, self.now())
+            self.on_change()
+
+    def cost(self, a: str, b: str) -> float:
+        """GWTF's d(a, b) with measured compute times and a loopback link."""
+        ca, cb = self.compute.get(a, self.compute_s), self.compute.get(b, self.compute_s)
+        return (ca + cb) / 2 + LOOPBACK_LATENCY_S + self.activation_bytes / LOOPBACK_BANDWIDTH
+
+    # --------------------------------------------------------------- wiring
+    async def register(self) -> None:
+        await self.node.rpc.add("flow", self.on_message)
+
+    async def on_message(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        raw = header.get("m")
+        if not isinstance(raw, bytes) or len(raw) > 1 << 20:
+            raise WireError("flow message must be bytes under 1 MiB")
+        try:
+            envelope = from_wire(msgpack.unpackb(raw, raw=False, strict_map_key=False))
+        except (ValueError, msgpack.UnpackException) as exc:
+            raise WireError(f"malformed flow message: {exc}") from None
+        if not isinstance(envelope, Envelope):
+            raise WireError("flow message must be an envelope")
+        if envelope.src != sender.to_base58() or envelope.dst != self.node.peer_id:
+            raise WireError("flow envelope names another sender or addressee")
+        if self.agent is not None:
+            self.received += 1
+            self.agent.receive(envelope, self.now())
+            self.on_change()
+        return {"ok": True}, b""
+
+    def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float]) -> None:
+        """The DHT's view changed: new holder set (restart), or neighbours joined or left."""
+        self.compute.update(compute)
+        holders_t = tuple(sorted(holders))
+        if holders_t != self.holders or self.agent is None:
+            self.holders = holders_t
+            self.neighbours = {}
+            self.agent = self._make_agent()
+        now = self.now()
+        for peer in sorted(set(self.neighbours) - set(neighbours)):
+            del self.neighbours[peer]
+            self.agent.notify(NeighbourGone(peer), now)
+        for peer, stage in sorted(neighbours.items()):
+            if peer not in self.neighbours:
+                self.neighbours[peer] = stage
+                self.agent.notify(NeighbourJoined(peer, stage), now)
+        self.on_change()
+
+    def peer_failed(self, peer: str) -> None:
+        """An RPC to `peer` failed: treat it as gone until the DHT shows it again."""
+        if self.agent is not None and peer in self.neighbours:
+            del self.neighbours[peer]
+            self.agent.notify(NeighbourGone(peer), self.now())
+            self.on_change()
+
+    def _make_agent(self) -> Agent:
+        me = self.node.peer_id
+        if self.stage == -1:
+            agent: Agent = HolderAgent(me, self, self.stages, list(self.holders), demand=self.capacity)
+        else:
+            agent = PeerAgent(me, self, self.stage, self.stages, list(self.holders), self.capacity)
+        agent.now = self.now()
+        return agent
+
+    def routes(self) -> dict[str, dict[str, float]]:
+        return self.agent.routes() if self.agent is not None else {}

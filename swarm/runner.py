@@ -1,0 +1,184 @@
+"""Running a live peer: the initiator (a data holder that coordinates) and volunteers.
+
+This wires the pieces (node, registry, presence, stage server or holder) and owns their lifetime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from models.checkpoint import save_checkpoint
+from models.data import open_source
+from models.presets import config_dict, config_from_dict
+from models.tokenizer import load_tokenizer
+from swarm import PROTOCOL_VERSION
+from swarm.config import TrainConfig
+from swarm.holder.coordinator import Coordinator, SwarmIteration
+from swarm.holder.holder import HOLDER_PART, DataHolder
+from swarm.node import SwarmNode
+from swarm.presence import Presence, make_record, measure_throughput
+from swarm.registry import Manifest
+from swarm.routing.live import LiveFlow
+from swarm.stage.server import StageServer
+
+log = logging.getLogger(__name__)
+MANIFEST_TTL_S = 7 * 24 * 3600.0
+
+
+HOLDER_DEMAND = 1000.0  # microbatches/s a holder asks for: "as many as the swarm can carry"
+
+
+async def start_flow(node: SwarmNode, manifest, part: int, capacity: float) -> LiveFlow:
+    """This peer's routing agent, answering the `flow` RPC (its neighbours come from the DHT)."""
+    activation_bytes = 4.0 * manifest.microbatch_size * manifest.seq_len * manifest.hidden_size
+    flow = LiveFlow(node, stage=part, stages=len(manifest.layout), capacity=capacity,
+                    compute_s=1.0 / max(capacity, 1e-6), activation_bytes=activation_bytes)  # fmt: skip
+    await flow.register()
+    return flow
+
+
+class JoinError(RuntimeError):
+    """A volunteer cannot join: no such run, or a protocol version it does not speak."""
+
+
+def build_manifest(cfg: TrainConfig, node: SwarmNode) -> Manifest:
+    config, layout, schedule = cfg.validate()
+    source = open_source(cfg.data, load_tokenizer(cfg.tokenizer), cfg.text_field)
+    return Manifest(
+        run_id=cfg.run_id, protocol_version=PROTOCOL_VERSION, model_config=config_dict(config),
+        layout=[(s.start, s.end) for s in layout], microbatch_size=cfg.microbatch_size, seq_len=cfg.seq_len,
+        hidden_size=config.hidden_size, train=cfg.to_dict(), data_id=source.id, seed=cfg.seed,
+        initiator=node.peer_id, created_at=time.time(),
+    )  # fmt: skip
+
+
+async def wait_manifest(node: SwarmNode, timeout: float) -> Manifest:
+    deadline = time.monotonic() + timeout
+    while True:
+        manifest = await node.blocking(node.registry.get_manifest)
+        if manifest is not None:
+            if manifest.protocol_version != PROTOCOL_VERSION:
+                raise JoinError(
+                    f"run {node.run_id!r} speaks protocol version {manifest.protocol_version}, "
+                    f"this peer speaks {PROTOCOL_VERSION}: upgrade swarm to join it"
+                )
+            return manifest
+        if time.monotonic() > deadline:
+            raise JoinError(f"no run {node.run_id!r} found on the DHT within {timeout:.0f} s")
+        await asyncio.sleep(1.0)
+
+
+async def choose_stage(node: SwarmNode, stages: int) -> int:
+    """The stage with the least published capacity (the swarm's bottleneck); ties go to the lowest."""
+    peers = await node.blocking(node.registry.get_all_peers, stages)
+    capacity = {s: sum(r.capacity for r in peers.get(s, []) if r.state == "serving") for s in range(stages)}
+    return min(range(stages), key=lambda s: (capacity[s], s))
+
+
+async def run_volunteer(
+    node: SwarmNode, *, stage: int | None, role: str, device: str, region: str, name: str,
+    stop: asyncio.Event, manifest_timeout: float = 60.0, on_ready: Callable[[str], None] = lambda s: None,
+) -> None:  # fmt: skip
+    """`swarm join`: serve a stage (or be an extra data holder) until `stop` is set."""
+    manifest = await wait_manifest(node, manifest_timeout)
+    stages = len(manifest.layout)
+    if role == "holder":
+        worker = DataHolder(node, manifest, device=device)
+        part, blocks = HOLDER_PART, (0, 0)
+        throughput = HOLDER_DEMAND
+    else:
+        if stage is None:
+            stage = await choose_stage(node, stages)
+        if not 0 <= stage < stages:
+            raise JoinError(f"--stage {stage} outside 0..{stages - 1}")
+        worker = StageServer(node, manifest, stage, device=device)
+        part, blocks = stage, tuple(manifest.layout[stage])
+        shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
+        throughput = await worker.run_compute(measure_throughput, worker.module, shape, device)
+    await worker.register()
+    flow = await start_flow(node, manifest, part, throughput)
+    presence = Presence(
+        node,
+        make_record(node, role=role, stage=part, blocks=blocks, throughput=throughput, free_memory=0,
+                    region=region, name=name),
+        worker.hops, stages, iteration_of=lambda: worker.iteration, flow=flow,
+    )  # fmt: skip
+    await presence.start()
+    on_ready(f"serving {'holder part' if part == HOLDER_PART else f'stage {part}'} of run {node.run_id} "
+             f"at {throughput:.1f} microbatches/s")  # fmt: skip
+    try:
+        await stop.wait()
+    finally:
+        await presence.withdraw()
+
+
+async def run_initiator(
+    cfg: TrainConfig, node: SwarmNode, *, on_iteration: Callable[[SwarmIteration], None],
+    status: Callable[[str], None], save: str | None, metrics_out: str | None,
+) -> list[SwarmIteration]:  # fmt: skip
+    """`swarm train`: publish the manifest, hold data, coordinate iterations, save the checkpoint."""
+    manifest = build_manifest(cfg, node)
+    await node.blocking(node.registry.publish_manifest, manifest, MANIFEST_TTL_S)
+    holder = DataHolder(node, manifest, device=cfg.device)
+    await holder.register()
+    flow = await start_flow(node, manifest, HOLDER_PART, HOLDER_DEMAND)
+    presence = Presence(
+        node, make_record(node, role="holder", stage=HOLDER_PART, blocks=(0, 0), throughput=HOLDER_DEMAND,
+                          free_memory=0, region="", name="initiator"),
+        holder.hops, len(manifest.layout), iteration_of=lambda: holder.iteration, flow=flow,
+    )  # fmt: skip
+    await presence.start()
+    coordinator = Coordinator(node, holder, manifest, status=status)
+    history: list[SwarmIteration] = []
+    sink = open(metrics_out, "w") if metrics_out else None
+    try:
+        for iteration in range(cfg.iterations):
+            await presence.refresh_view()
+            metrics = await coordinator.run_iteration(iteration)
+            history.append(metrics)
+            if sink:
+                sink.write(json.dumps(metrics.to_json()) + "\n")
+                sink.flush()
+            on_iteration(metrics)
+        if save:
+            await save_swarm_checkpoint(coordinator, holder, manifest, save)
+    finally:
+        if sink:
+            sink.close()
+        await presence.withdraw()
+    return history
+
+
+async def save_swarm_checkpoint(
+    coordinator: Coordinator, holder: DataHolder, manifest, directory: str
+) -> Path:
+    """Collect every stage's state from a live replica into one transformers checkpoint."""
+    from models.partition import StageSpec
+    from models.staged import StageModule
+
+    config = config_from_dict(manifest.model_config)
+    states = await coordinator.fetch_states()
+    full: dict[str, torch.Tensor] = {}
+    optimizers = {"holder": holder.optimizer.state_dict()}
+    for stage, payload in sorted(states.items()):
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        start, end = manifest.layout[stage]
+        with torch.device("meta"):
+            shell = StageModule(config, StageSpec(stage, start, end))
+        for local, tensor in state["module"].items():
+            full[shell.full_name(local)] = tensor.contiguous()
+        optimizers[f"stage{stage}"] = state["optimizer"]
+    for local, tensor in holder.module.state_dict().items():
+        full[holder.module.full_name(local)] = tensor.detach().cpu().contiguous()
+    extra = {"iteration": holder.iteration, "train_config": manifest.train, "data_id": manifest.data_id}
+    path = save_checkpoint(directory, config, full, extra)
+    torch.save(optimizers, path / "optimizer.pt")
+    return path

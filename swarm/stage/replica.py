@@ -1,0 +1,103 @@
+"""What a stage server and a data holder share: a trainable part, its optimizer and the step.
+
+Both are replicas of one part of the model (a stage, or the holder part); at the end of an
+iteration they average gradients with their mates and take the same optimizer step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+from torch import nn
+
+from swarm.averaging import ReplicaAverager
+from swarm.node import SwarmNode
+from swarm.trainer.optim import make_optimizer
+from swarm.transport import decode_tensor, encode_tensor
+from swarm.wire import WireError
+
+
+class Replica:
+    """A part of the model being trained by this process, with the RPCs every replica serves."""
+
+    def __init__(self, node: SwarmNode, module: nn.Module, train: dict, part: int):
+        self.node, self.module, self.train, self.part = node, module, train, part
+        self.optimizer = make_optimizer(
+            module, train["optimizer"], train["lr"], train["weight_decay"], tuple(train["betas"])
+        )
+        self.averager = ReplicaAverager(node.peer_id, module)
+        self.compute = ThreadPoolExecutor(1, thread_name_prefix=f"compute-{part}")  # one hop at a time
+        self.iteration = 0  # optimizer steps taken = the iteration this replica trains now
+        self.carried: dict[int, int] = {}
+        self.codec = train.get("compression", "none")
+
+    async def run_compute(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
+
+    async def register(self) -> None:
+        await self.node.rpc.add("grads", self.on_grads)
+        await self.node.rpc.add("step", self.on_step)
+        await self.node.rpc.add("state", self.on_state)
+
+    # ------------------------------------------------------------------ averaging
+    async def _send_grads(self, peer: str, iteration: int, count: int, flat: torch.Tensor) -> None:
+        meta, payload = encode_tensor(flat, "none")  # gradients averaged exactly
+        await self.node.call(peer, "grads", {"iteration": iteration, "count": count, "part": self.part,
+                                             "t": meta}, payload, timeout=120)  # fmt: skip
+
+    async def on_grads(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        if header.get("part") != self.part:
+            raise WireError(f"this peer serves part {self.part}, not {header.get('part')!r}")
+        iteration, count = header.get("iteration"), header.get("count")
+        if not isinstance(iteration, int) or iteration != self.iteration:
+            raise WireError(f"gradients for iteration {iteration!r}, this replica is at {self.iteration}")
+        if not isinstance(count, int) or count < 1:
+            raise WireError("count must be a positive integer")
+        flat = decode_tensor(header["t"] if isinstance(header.get("t"), dict) else {}, payload,
+                             expect_shape=[self.averager.numel])  # fmt: skip
+        self.averager.receive(iteration, sender.to_base58(), count, flat)
+        return {"ok": True}, b""
+
+    async def on_step(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """End of iteration: average with the listed mates and take the optimizer step."""
+        iteration = header.get("iteration")
+        if iteration != self.iteration:
+            raise WireError(f"step for iteration {iteration!r}, this replica is at {self.iteration}")
+        members = header.get("members")
+        contributors = header.get("contributors")
+        if not isinstance(members, list) or not isinstance(contributors, dict):
+            raise WireError("step needs 'members' (list) and 'contributors' (map)")
+        included = await self.averager.average(
+            iteration, [str(m) for m in members], {str(k): int(v) for k, v in contributors.items()},
+            self._send_grads, timeout=float(header.get("timeout", 60.0)),
+        )  # fmt: skip
+        await self.run_compute(self._apply_step)
+        self.after_step(iteration)
+        self.iteration += 1
+        lost = {p: c for p, c in contributors.items() if p not in included and c > 0}
+        return {"ok": True, "iteration": self.iteration, "included": included, "lost": lost}, b""
+
+    def _apply_step(self) -> None:
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def after_step(self, iteration: int) -> None:
+        self.carried.pop(iteration, None)
+
+    async def on_state(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """This replica's parameters and optimizer state (for a joining mate or a checkpoint)."""
+        buffer = io.BytesIO()
+        state = {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "iteration": self.iteration}  # fmt: skip
+        await self.run_compute(torch.save, state, buffer)
+        return {"ok": True, "iteration": self.iteration, "part": self.part}, buffer.getvalue()
+
+    def load_state(self, payload: bytes) -> int:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.iteration = int(state["iteration"])
+        return self.iteration
