@@ -13,7 +13,7 @@ import time
 
 from swarm import PROTOCOL_VERSION, __version__
 from swarm.node import SwarmNode
-from swarm.registry import PeerRecord
+from swarm.registry import EventRecord, FlowRecord, PeerRecord
 from swarm.routing.live import LiveFlow
 from swarm.routing.table import NextHops
 
@@ -43,8 +43,10 @@ class Presence:
         self.node, self.record, self.hops = node, record, hops
         self.stages = stages
         self.flow = flow
+        self._refresh_soon: asyncio.TimerHandle | None = None
         if flow is not None:
             flow.on_change = self.apply_routes
+            flow.on_unknown = self.refresh_soon
         self.iteration_of = iteration_of
         self._tasks: list[asyncio.Task] = []
 
@@ -54,6 +56,33 @@ class Presence:
     async def publish(self) -> None:
         self.update(iteration=int(self.iteration_of()))
         await self.node.blocking(self.node.registry.publish_peer, self.record, RECORD_TTL_S)
+        if self.flow is not None and self.flow.agent is not None:
+            await self.node.blocking(self.node.registry.publish_flow, self.flow_record(), RECORD_TTL_S)
+
+    def flow_record(self) -> FlowRecord:
+        """The routing agent's published state and routes (for `swarm status` and the dashboard)."""
+        state = self.flow.agent.state()
+
+        def finite(values) -> dict:
+            return {k: max(-1e12, min(1e12, float(v))) for k, v in values.items()}
+
+        return FlowRecord(
+            peer_id=self.node.peer_id, version=int(state.version), spare=finite({"s": state.spare})["s"],
+            labels={k: int(v) for k, v in state.labels.items()}, cheapest=finite(state.cheapest),
+            worst=finite(state.worst), routes={h: finite(t) for h, t in self.flow.routes().items()},
+        )  # fmt: skip
+
+    async def event(
+        self, kind: str, detail: str = "", peer: str | None = None, stage: int | None = None
+    ) -> None:
+        """Add to the run's churn timeline (joins, leaves, crashes seen, reroutes)."""
+        record = EventRecord(kind=kind, peer_id=peer or self.node.peer_id,
+                             stage=self.record.stage if stage is None else stage, at=time.time(),
+                             detail=detail[:200], reporter=self.node.peer_id)  # fmt: skip
+        try:
+            await self.node.blocking(self.node.registry.publish_event, record)
+        except Exception as exc:  # noqa: BLE001 - the timeline is informative only
+            log.warning("event not published: %s", exc)
 
     @property
     def next_stage(self) -> int:
@@ -80,6 +109,20 @@ class Presence:
         compute = {r.peer_id: 1.0 / max(r.throughput, 1e-6) for recs in serving.values() for r in recs}
         self.flow.update(holders, neighbours, compute)
 
+    def refresh_soon(self) -> None:
+        """A message came from a peer we do not know yet: look at the DHT again shortly."""
+        if self._refresh_soon is None:
+            loop = asyncio.get_running_loop()
+            self._refresh_soon = loop.call_later(0.3, lambda: asyncio.ensure_future(self._refresh_now()))
+
+    async def _refresh_now(self) -> None:
+        try:
+            await self.refresh_view()
+        except Exception as exc:  # noqa: BLE001 - the periodic refresh retries
+            log.warning("refresh failed: %s", exc)
+        finally:
+            self._refresh_soon = None
+
     def apply_routes(self) -> None:
         """The routing agent's out-flows become this peer's next-hop rates."""
         if self.next_stage >= self.stages:
@@ -88,6 +131,7 @@ class Presence:
             self.hops.set_flow(holder, self.next_stage, table)
 
     async def start(self) -> None:
+        await self.event("join", f"{self.record.role} {self.record.name}".strip())
         await self.publish()
         await self.refresh_view()
         self._tasks = [asyncio.create_task(self._loop(self.publish, REFRESH_S)),
@@ -104,6 +148,7 @@ class Presence:
     async def withdraw(self) -> None:
         for task in self._tasks:
             task.cancel()
+        await self.event("leave", "clean exit")
         try:
             await self.node.blocking(self.node.registry.withdraw_peer, self.node.peer_id, self.record.stage)
         except Exception as exc:  # noqa: BLE001 - the TTL removes it anyway

@@ -25,7 +25,7 @@ from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
 from swarm.presence import Presence, make_record, measure_throughput
-from swarm.registry import Manifest
+from swarm.registry import Manifest, ProgressRecord
 from swarm.routing.live import LiveFlow
 from swarm.stage.server import StageServer
 
@@ -34,6 +34,19 @@ MANIFEST_TTL_S = 7 * 24 * 3600.0
 
 
 HOLDER_DEMAND = 1000.0  # microbatches/s a holder asks for: "as many as the swarm can carry"
+
+
+async def serve_stats(node: SwarmNode, worker, flow: LiveFlow) -> None:
+    """A read-only `stats` RPC: what this peer carried and refused, and its routing view."""
+
+    async def on_stats(header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        return {
+            "peer": node.peer_id, "part": worker.part, "iteration": worker.iteration,
+            "served": node.rpc.served, "refused": node.rpc.refused, "bytes_in": node.rpc.bytes_in_by,
+            "worker": dict(worker.stats), "flow": flow.describe(),
+        }, b""  # fmt: skip
+
+    await node.rpc.add("stats", on_stats)
 
 
 async def start_flow(node: SwarmNode, manifest, part: int, capacity: float) -> LiveFlow:
@@ -105,6 +118,7 @@ async def run_volunteer(
         throughput = await worker.run_compute(measure_throughput, worker.module, shape, device)
     await worker.register()
     flow = await start_flow(node, manifest, part, throughput)
+    await serve_stats(node, worker, flow)
     presence = Presence(
         node,
         make_record(node, role=role, stage=part, blocks=blocks, throughput=throughput, free_memory=0,
@@ -130,6 +144,7 @@ async def run_initiator(
     holder = DataHolder(node, manifest, device=cfg.device)
     await holder.register()
     flow = await start_flow(node, manifest, HOLDER_PART, HOLDER_DEMAND)
+    await serve_stats(node, holder, flow)
     presence = Presence(
         node, make_record(node, role="holder", stage=HOLDER_PART, blocks=(0, 0), throughput=HOLDER_DEMAND,
                           free_memory=0, region="", name="initiator"),
@@ -144,6 +159,7 @@ async def run_initiator(
             await presence.refresh_view()
             metrics = await coordinator.run_iteration(iteration)
             history.append(metrics)
+            await publish_progress(node, metrics, history)
             if sink:
                 sink.write(json.dumps(metrics.to_json()) + "\n")
                 sink.flush()
@@ -155,6 +171,24 @@ async def run_initiator(
             sink.close()
         await presence.withdraw()
     return history
+
+
+async def publish_progress(node: SwarmNode, metrics: SwarmIteration, history: list[SwarmIteration]) -> None:
+    """The run's progress on the DHT: latest figures plus a bounded loss curve for the dashboard."""
+    extra = {
+        "losses": [[m.iteration, round(m.loss, 5)] for m in history[-300:]],
+        "rerouted": metrics.rerouted, "reexecuted": metrics.reexecuted,
+        "gradients_lost": metrics.gradients_lost, "peers": metrics.peers,
+    }  # fmt: skip
+    record = ProgressRecord(
+        holder=node.peer_id, iteration=metrics.iteration, microbatches=metrics.microbatches,
+        loss=metrics.loss, tokens_per_s=metrics.tokens / metrics.seconds if metrics.seconds > 0 else 0.0,
+        seconds=metrics.seconds, updated_at=time.time(), extra=extra,
+    )  # fmt: skip
+    try:
+        await node.blocking(node.registry.publish_progress, record, 600.0)
+    except Exception as exc:  # noqa: BLE001 - progress is informative only
+        log.warning("progress not published: %s", exc)
 
 
 async def save_swarm_checkpoint(

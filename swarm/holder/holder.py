@@ -133,6 +133,9 @@ class DataHolder(Replica):
         if len(hop.path) != self.stages + 1:
             raise WireError("a result must have crossed every stage")
         hidden = decode_tensor(header["t"], payload, expect_shape=self.shape)
+        if flight.path:
+            return {"ok": True, "duplicate": True}, b""  # already have this microbatch's output
+        flight.path = hop.path
         asyncio.create_task(self._loss_and_backward(hop, flight, hidden))
         return {"ok": True}, b""
 
@@ -144,7 +147,6 @@ class DataHolder(Replica):
 
     async def _loss_and_backward(self, hop: Hop, flight: Flight, hidden: torch.Tensor) -> None:
         flight.loss, grad = await self.run_compute(self._compute_loss, flight, hidden)
-        flight.path = hop.path
         meta, data = encode_tensor(grad, self.codec)
         back = Hop(hop.run, hop.iteration, hop.microbatch, hop.holder, hop.path, self.stages - 1)
         try:

@@ -39,6 +39,7 @@ class LiveFlow:
         self.capacity, self.compute_s = capacity, compute_s
         self.activation_bytes = activation_bytes
         self.on_change = on_change
+        self.on_unknown: Callable[[], None] = lambda: None
         self.compute: dict[str, float] = {node.peer_id: compute_s}
         self.holders: tuple[str, ...] = ()
         self.neighbours: dict[str, int] = {}  # peer -> stage (-1 for holders)
@@ -61,7 +62,7 @@ class LiveFlow:
         try:
             await self.node.call(dst, "flow", {"m": payload}, timeout=5.0)
         except Exception as exc:  # noqa: BLE001 - the protocol retransmits until acknowledged
-            log.debug("flow message to %s failed: %s", dst, exc)
+            log.warning("flow message to %s failed: %s", dst, exc)
 
     def set_timer(self, node: str, delay: float, token: str) -> None:
         self.loop.call_later(delay, self._fire, token)
@@ -92,10 +93,14 @@ class LiveFlow:
             raise WireError("flow message must be an envelope")
         if envelope.src != sender.to_base58() or envelope.dst != self.node.peer_id:
             raise WireError("flow envelope names another sender or addressee")
-        if self.agent is not None:
-            self.received += 1
-            self.agent.receive(envelope, self.now())
-            self.on_change()
+        if self.agent is None or envelope.src not in self.neighbours:
+            # Not (yet) a neighbour in our DHT view: refuse without acknowledging, so the sender
+            # retransmits once we have seen its record, instead of it being dropped for good.
+            self.on_unknown()
+            raise WireError("not a known neighbour yet; retry later")
+        self.received += 1
+        self.agent.receive(envelope, self.now())
+        self.on_change()
         return {"ok": True}, b""
 
     def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float]) -> None:
@@ -134,3 +139,12 @@ class LiveFlow:
 
     def routes(self) -> dict[str, dict[str, float]]:
         return self.agent.routes() if self.agent is not None else {}
+
+    def describe(self) -> dict:
+        """For the `stats` RPC and tests: what this agent knows and has done."""
+        return {
+            "sent": self.sent, "received": self.received, "holders": list(self.holders),
+            "neighbours": dict(self.neighbours), "routes": self.routes(),
+            "prev": sorted(self.agent.prev) if self.agent else [],
+            "next": sorted(self.agent.next) if self.agent else [],
+        }  # fmt: skip

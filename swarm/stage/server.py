@@ -50,6 +50,7 @@ class StageServer(Replica):
         self.shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
         self.hops = NextHops()
         self.kept: dict[tuple[str, int, int], HopState] = {}
+        self.computing: set[tuple[str, int, int]] = set()
         self.stats = {"forward": 0, "backward": 0, "rerouted": 0, "compute_s": 0.0}
         self.tasks: set[asyncio.Task] = set()
 
@@ -75,6 +76,9 @@ class StageServer(Replica):
         if hop.stage != self.spec.index or len(hop.path) != self.spec.index + 1:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
         inputs = decode_tensor(header["t"], payload, expect_shape=self.shape)
+        if hop.key in self.kept or hop.key in self.computing:
+            return {"ok": True, "duplicate": True}, b""  # a re-send whose first copy got here
+        self.computing.add(hop.key)
         self._spawn(self._forward(hop, inputs))
         return {"ok": True}, b""
 
@@ -86,7 +90,10 @@ class StageServer(Replica):
         return HopState(hop, inputs, outputs, time.perf_counter() - started)
 
     async def _forward(self, hop: Hop, inputs: torch.Tensor) -> None:
-        state = await self.run_compute(self._compute_forward, hop, inputs)
+        try:
+            state = await self.run_compute(self._compute_forward, hop, inputs)
+        finally:
+            self.computing.discard(hop.key)
         if state.hop.iteration != self.iteration:
             return  # the iteration ended while we computed; its result is not wanted any more
         self.kept[hop.key] = state

@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[dict, bytes, PeerID], Awaitable[tuple[dict, bytes]]]
 DEFAULT_MAX_PAYLOAD = 256 * 1024 * 1024
+CLOSE_WAIT_S = 10.0
 
 
 class RemoteError(RuntimeError):
@@ -34,6 +35,7 @@ class RpcServer:
         self.refused: dict[str, int] = {}
         self.bytes_in = 0
         self.bytes_out = 0
+        self.bytes_in_by: dict[str, dict[str, int]] = {}  # handler -> sender -> payload bytes
 
     async def add(self, name: str, handler: Handler) -> None:
         async def on_stream(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -41,6 +43,9 @@ class RpcServer:
                 try:
                     header, payload = await read_frame(reader, self.max_payload)
                     self.bytes_in += len(payload)
+                    by = self.bytes_in_by.setdefault(name, {})
+                    sender = info.peer_id.to_base58()
+                    by[sender] = by.get(sender, 0) + len(payload)
                     reply, out = await handler(header, payload, info.peer_id)
                     self.served[name] = self.served.get(name, 0) + 1
                 except (ValueError, FrameError) as exc:
@@ -51,6 +56,12 @@ class RpcServer:
                     reply, out = {"error": f"internal error: {type(exc).__name__}: {exc}"[:1000]}, b""
                 self.bytes_out += len(out)
                 await write_frame(writer, reply, out)
+                # Closing our end at once can reset the libp2p stream before the daemon has
+                # delivered the reply; the caller closes first once it has read it.
+                try:
+                    await asyncio.wait_for(reader.read(1), CLOSE_WAIT_S)
+                except asyncio.TimeoutError:
+                    pass
             except (ConnectionError, asyncio.IncompleteReadError):
                 pass  # the caller went away; nothing to answer
             finally:
