@@ -65,10 +65,11 @@ class StageServer(Replica):
         task.add_done_callback(self.tasks.discard)
 
     def _parse(self, header: dict) -> Hop:
-        hop = parse_hop(header, run=self.node.run_id, stages=self.stages, microbatches=self.microbatches)
+        return parse_hop(header, run=self.node.run_id, stages=self.stages, microbatches=self.microbatches)
+
+    def _check_iteration(self, hop: Hop) -> None:
         if hop.iteration != self.iteration:
             raise WireError(f"microbatch of iteration {hop.iteration}, this stage is at {self.iteration}")
-        return hop
 
     # ------------------------------------------------------------------ forward
     async def on_forward(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
@@ -76,6 +77,7 @@ class StageServer(Replica):
         if hop.stage != self.spec.index or len(hop.path) != self.spec.index + 1:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
         inputs = decode_tensor(header["t"], payload, expect_shape=self.shape)
+        self._check_iteration(hop)
         if hop.key in self.kept or hop.key in self.computing:
             return {"ok": True, "duplicate": True}, b""  # a re-send whose first copy got here
         self.computing.add(hop.key)
@@ -134,6 +136,7 @@ class StageServer(Replica):
         hop = self._parse(header)
         if hop.stage != self.spec.index:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
+        self._check_iteration(hop)
         state = self.kept.get(hop.key)
         if state is None:
             raise WireError(f"unknown microbatch {hop.key} at stage {self.spec.index}")
