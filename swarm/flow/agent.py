@@ -32,6 +32,9 @@ EPS = 1e-9
 T0 = 2.0  # annealing start temperature, in milliseconds of path cost (GWTF: T0 about 2, x0.95)
 COOLING = 0.95
 T_MIN = 0.05
+COST_GRAIN_S = 0.002  # route-cost changes under 2 ms are not announced
+COST_REL = 0.01  # nor those under 1%
+COST_HOLD = 4.0  # at most one costs-only announcement per COST_HOLD announcement periods
 
 
 class Env(Protocol):
@@ -47,10 +50,23 @@ class Env(Protocol):
 
 
 def _coarse(cost: float) -> float:
-    """Costs rounded to 3 significant digits: smaller changes are not announced."""
-    if not math.isfinite(cost) or cost == 0:
+    """Costs on a COST_GRAIN_S grid: smaller changes are not worth a message."""
+    if not math.isfinite(cost):
         return cost
-    return round(cost, 2 - int(math.floor(math.log10(abs(cost)))))
+    return round(cost / COST_GRAIN_S)
+
+
+def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
+    """Did a published route cost move enough to tell upstream (COST_REL or COST_GRAIN_S)?"""
+    if old.keys() != new.keys():
+        return True
+    for h, c in new.items():
+        o = old[h]
+        if math.isfinite(c) != math.isfinite(o):
+            return True
+        if math.isfinite(c) and abs(c - o) > max(COST_GRAIN_S, COST_REL * abs(o)):
+            return True
+    return False
 
 
 class Node:
@@ -78,6 +94,7 @@ class Node:
         self._announced: tuple | None = None
         self._announced_down: tuple | None = None
         self._announce_armed = False
+        self._cost_at = -INF
         self.announce_s = env.retry_s / 4.0
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
@@ -185,17 +202,30 @@ class Node:
     def _publish(self) -> None:
         state = self.state()
         labels = tuple(sorted(state.labels.items()))
-        costs = tuple((h, _coarse(c)) for h, c in sorted(state.cheapest.items())) + tuple(
-            (h, _coarse(c)) for h, c in sorted(state.worst.items()))
-        up = (state.spare > EPS, labels, costs)
-        if up == self._announced and labels == self._announced_down:
+        full = state.spare > EPS
+        old = self._announced
+        costs = dict(state.cheapest)
+        moved = old is None or _moved(old[2], costs)
+        only_costs = old is not None and old[0] == full and old[1] == labels and moved
+        if only_costs and labels == self._announced_down:
+            wait = self._cost_at + COST_HOLD * self.announce_s - self.now
+            if wait > EPS:  # only route costs moved: batch such news, they cascade through every stage
+                self._announce_armed = True
+                self.env.set_timer(self.id, wait, "announce")
+                return
+        same_up = not moved and old is not None and old[0] == full and old[1] == labels
+        if not same_up:
+            self._cost_at = self.now
+        if same_up and labels == self._announced_down:
             return
         self.version += 1
         state = self.state()
         targets = self.prev if labels == self._announced_down else self.prev | self.next
-        if up == self._announced:
+        if same_up:
             targets = self.next
-        self._announced, self._announced_down = up, labels
+        else:
+            self._announced = (full, labels, costs)
+        self._announced_down = labels
         for node in sorted(targets):
             self.send(node, Announce(state))
 
@@ -226,8 +256,16 @@ class Sender(Node):
     tracked until their replies come, so accounting stays exact under loss and reordering.
     """
 
-    def __init__(self, node_id: str, env: Env, stage: int, stages: int, holders: Iterable[str],
-                 seed: int, improve: bool) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        env: Env,
+        stage: int,
+        stages: int,
+        holders: Iterable[str],
+        seed: int,
+        improve: bool,
+    ) -> None:
         super().__init__(node_id, env, stage, stages, holders)
         self.out: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.offers: dict[int, tuple[str, str, float, str | None]] = {}  # id -> (h, dst, rate, old hop)
@@ -247,6 +285,10 @@ class Sender(Node):
 
     def label(self, h: str) -> int:
         raise NotImplementedError
+
+    def arrival(self, h: str) -> float:
+        """Cost of the most expensive used path from holder h to this node (0 at the holder)."""
+        return 0.0
 
     def offered(self, h: str, dst: str | None = None) -> float:
         if dst is None:
@@ -300,9 +342,12 @@ class Sender(Node):
         """Cheapest route to h's sink through next hops that published spare capacity (cached)."""
         cached = self._cheap_cache.get(h)
         if cached is None:
-            options = [self.target_cheapest(h, v) for v in self.targets(h)
-                       if self.target_spare(h, v) + self.offered(h, v) > EPS
-                       and self.target_label(h, v) < self.max_label]
+            options = [
+                self.target_cheapest(h, v)
+                for v in self.targets(h)
+                if self.target_spare(h, v) + self.offered(h, v) > EPS
+                and self.target_label(h, v) < self.max_label
+            ]
             cached = self._cheap_cache[h] = min(options, default=INF)
         return cached
 
@@ -315,15 +360,16 @@ class Sender(Node):
         """Offer excess to admissible targets, cheapest route to the sink first; returns what is left."""
         left = self.excess(h)
         mine = self.label(h)
-        options = [v for v in self.targets(h)
-                   if self.target_spare(h, v) > EPS and self.target_label(h, v) < mine]
+        options = [
+            v for v in self.targets(h) if self.target_spare(h, v) > EPS and self.target_label(h, v) < mine
+        ]
         options.sort(key=lambda v: (self.target_cheapest(h, v), v))
         for v in options:
             if left <= EPS:
                 break
             rate = min(left, self.target_spare(h, v))
             oid = self.add_offer(h, v, rate, None)
-            self.send(v, Offer(h, rate, oid, mine))
+            self.send(v, Offer(h, rate, oid, mine, bid=self.arrival(h) + self.env.cost(self.id, v)))
             left -= rate
         return left
 
@@ -385,7 +431,8 @@ class Sender(Node):
         spare = self.target_spare(h, w)
         rate = min(self.out[h][v], spare) if spare > EPS else self.out[h][v]
         oid = self.add_offer(h, w, rate, v)
-        self.send(w, Offer(h, rate, oid, self.label(h), None if spare > EPS else v))
+        bid = self.arrival(h) + self.env.cost(self.id, w)
+        self.send(w, Offer(h, rate, oid, self.label(h), None if spare > EPS else v, bid=bid))
         return True
 
     # ------------------------------------------------------------ replies

@@ -42,8 +42,14 @@ class ProtocolStats:
 class MessageBus:
     """Runs the protocol for an `Instance`; `instance` follows churn and change events."""
 
-    def __init__(self, instance: Instance, seed: int = 0, delay: Delay = (0.01, 0.05), loss: float = 0.0,
-                 improve: bool = True) -> None:
+    def __init__(
+        self,
+        instance: Instance,
+        seed: int = 0,
+        delay: Delay = (0.01, 0.05),
+        loss: float = 0.0,
+        improve: bool = True,
+    ) -> None:
         if not 0.0 <= loss < 1.0:
             raise InstanceError(f"loss must be in [0, 1), got {loss}")
         if not callable(delay) and not (0.0 <= delay[0] <= delay[1]):
@@ -54,7 +60,7 @@ class MessageBus:
         self.delay = delay
         self.loss = loss
         self.improve = improve
-        max_delay = 0.05 if callable(delay) else max(delay[1], 1e-6)
+        max_delay = self._max_delay(instance) if callable(delay) else max(delay[1], 1e-6)
         self.retry_s = 4.0 * max_delay
         self.now = 0.0
         self.stats = ProtocolStats()
@@ -64,8 +70,9 @@ class MessageBus:
         self._max_depth = 0
         holders = instance.holder_ids()
         for h in instance.holders:
-            self.agents[h.id] = HolderAgent(h.id, self, instance.stages, holders, h.demand,
-                                            seed=self._child_seed(h.id), improve=improve)
+            self.agents[h.id] = HolderAgent(
+                h.id, self, instance.stages, holders, h.demand, seed=self._child_seed(h.id), improve=improve
+            )
         for p in instance.peers:
             self.agents[p.id] = self._make_peer(p)
         for agent in self.agents.values():
@@ -189,8 +196,9 @@ class MessageBus:
         if not isinstance(spec, HolderSpec):
             raise InstanceError(f"{holder_id!r} is not a data holder")
         new = HolderSpec(spec.id, demand, spec.compute_s, spec.region)
-        self.instance = self.instance.replace(holders=[new if h.id == holder_id else h
-                                                       for h in self.instance.holders])
+        self.instance = self.instance.replace(
+            holders=[new if h.id == holder_id else h for h in self.instance.holders]
+        )
         agent = self.agents[holder_id]
         assert isinstance(agent, HolderAgent)
         agent.now = self.now
@@ -202,11 +210,13 @@ class MessageBus:
         if isinstance(spec, PeerSpec):
             new_p = PeerSpec(spec.id, spec.stage, spec.capacity, compute_s, spec.region)
             self.instance = self.instance.replace(
-                peers=[new_p if p.id == node_id else p for p in self.instance.peers])
+                peers=[new_p if p.id == node_id else p for p in self.instance.peers]
+            )
         else:
             new_h = HolderSpec(spec.id, spec.demand, compute_s, spec.region)
             self.instance = self.instance.replace(
-                holders=[new_h if h.id == node_id else h for h in self.instance.holders])
+                holders=[new_h if h.id == node_id else h for h in self.instance.holders]
+            )
         agent = self.agents[node_id]
         for other in [node_id, *sorted(agent.prev | agent.next)]:
             a = self.agents[other]
@@ -216,12 +226,28 @@ class MessageBus:
             a.settle()
 
     # ------------------------------------------------------------- helpers
+    def _max_delay(self, instance: Instance) -> float:
+        """The largest one-way delay of a callable over a seeded sample of node pairs (>= 1 ms)."""
+        assert callable(self.delay)
+        ids = sorted([h.id for h in instance.holders] + [p.id for p in instance.peers])
+        rng = random.Random(zlib.crc32(f"retry:{self.seed}".encode()))
+        pairs = [(rng.choice(ids), rng.choice(ids)) for _ in range(min(400, len(ids) ** 2))]
+        return max([0.001, *(float(self.delay(a, b, rng)) for a, b in pairs)])
+
     def _child_seed(self, node: str) -> int:
         return zlib.crc32(f"{self.seed}:{node}".encode())
 
     def _make_peer(self, p: PeerSpec) -> PeerAgent:
-        agent = PeerAgent(p.id, self, p.stage, self.instance.stages, self.instance.holder_ids(), p.capacity,
-                          seed=self._child_seed(p.id), improve=self.improve)
+        agent = PeerAgent(
+            p.id,
+            self,
+            p.stage,
+            self.instance.stages,
+            self.instance.holder_ids(),
+            p.capacity,
+            seed=self._child_seed(p.id),
+            improve=self.improve,
+        )
         agent.budget = agent.base_budget()
         agent.now = self.now
         return agent
@@ -243,5 +269,10 @@ class MessageBus:
 
 def total_excess(bus: MessageBus) -> float:
     """Sum of |excess| over peers: zero at a consistent quiescent point."""
-    return sum(abs(a.excess(h)) for a in bus.agents.values() if isinstance(a, PeerAgent) for h in a.holders
-               if abs(a.excess(h)) > EPS)
+    return sum(
+        abs(a.excess(h))
+        for a in bus.agents.values()
+        if isinstance(a, PeerAgent)
+        for h in a.holders
+        if abs(a.excess(h)) > EPS
+    )

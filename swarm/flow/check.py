@@ -25,8 +25,11 @@ def violations(bus) -> list[str]:
                 target = agents.get(v)
                 if target is None:
                     continue
-                got = target.sink_in.get(node, 0.0) if isinstance(target, HolderAgent) else \
-                    target.inflow[h].get(node, 0.0)
+                got = (
+                    target.sink_in.get(node, 0.0)
+                    if isinstance(target, HolderAgent)
+                    else target.inflow[h].get(node, 0.0)
+                )
                 if abs(got - rate) > TOL:
                     problems.append(f"{node}->{v} [{h}] sender says {rate:.6f}, receiver {got:.6f}")
         if isinstance(agent, PeerAgent):

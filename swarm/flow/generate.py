@@ -7,8 +7,9 @@ import random
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, PeerSpec, geo_matrix
 
 
-def random_instance(peers: int, stages: int, holders: int = 1, seed: int = 0,
-                    activation_bytes: float = 4 * 2**20) -> Instance:
+def random_instance(
+    peers: int, stages: int, holders: int = 1, seed: int = 0, activation_bytes: float = 4 * 2**20
+) -> Instance:
     """`peers` stage peers spread over `stages` stages (at least one each), `holders` data holders.
 
     Capacities 1-5 microbatches/s, compute 0.05-0.5 s per microbatch, regions uniform over the
@@ -29,17 +30,36 @@ def random_instance(peers: int, stages: int, holders: int = 1, seed: int = 0,
     specs: list[PeerSpec] = []
     for s, count in enumerate(counts):
         for i in range(count):
-            specs.append(PeerSpec(f"s{s}p{i}", s, round(rng.uniform(1.0, 5.0), 3),
-                                  round(rng.uniform(0.05, 0.5), 4), rng.choice(regions)))
+            specs.append(
+                PeerSpec(
+                    f"s{s}p{i}",
+                    s,
+                    round(rng.uniform(1.0, 5.0), 3),
+                    round(rng.uniform(0.05, 0.5), 4),
+                    rng.choice(regions),
+                )
+            )
     weakest = min(sum(p.capacity for p in specs if p.stage == s) for s in range(stages))
     total = weakest * rng.uniform(0.5, 1.5)
     shares = [rng.uniform(0.5, 1.5) for _ in range(holders)]
-    hs = tuple(HolderSpec(f"h{i}", round(total * w / sum(shares), 4), round(rng.uniform(0.005, 0.05), 4),
-                          rng.choice(regions)) for i, w in enumerate(shares))
+    hs = tuple(
+        HolderSpec(
+            f"h{i}",
+            round(total * w / sum(shares), 4),
+            round(rng.uniform(0.005, 0.05), 4),
+            rng.choice(regions),
+        )
+        for i, w in enumerate(shares)
+    )
     return Instance(stages=stages, activation_bytes=activation_bytes, holders=hs, peers=tuple(specs))
 
 
 def random_peer(instance: Instance, rng: random.Random, name: str) -> PeerSpec:
     """A newcomer for churn: random stage, capacity, compute and region."""
-    return PeerSpec(name, rng.randrange(instance.stages), round(rng.uniform(1.0, 5.0), 3),
-                    round(rng.uniform(0.05, 0.5), 4), rng.choice(geo_matrix().regions))
+    return PeerSpec(
+        name,
+        rng.randrange(instance.stages),
+        round(rng.uniform(1.0, 5.0), 3),
+        round(rng.uniform(0.05, 0.5), 4),
+        rng.choice(geo_matrix().regions),
+    )

@@ -14,8 +14,16 @@ from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
 class HolderAgent(Sender):
     """Source and sink of one commodity (this holder's microbatches)."""
 
-    def __init__(self, node_id: str, env: Env, stages: int, holders: list[str], demand: float,
-                 seed: int = 0, improve: bool = True) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        env: Env,
+        stages: int,
+        holders: list[str],
+        demand: float,
+        seed: int = 0,
+        improve: bool = True,
+    ) -> None:
         super().__init__(node_id, env, -1, stages, [node_id], seed, improve)
         self.all_holders = tuple(holders)
         self.demand = demand

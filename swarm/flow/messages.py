@@ -42,6 +42,8 @@ class Offer:
 
     `swap_from` asks a full receiver to make room by handing one of its in-flows over to the
     sender's current next hop `swap_from` (GWTF's swap among same-stage peers).
+    `bid` is the cost of the sender's path from the holder up to the receiver; with `preempt` set, a
+    full receiver may make room by returning in-flows whose path so far costs more than `bid`.
     """
 
     holder: str
@@ -49,6 +51,8 @@ class Offer:
     offer_id: int
     label: int
     swap_from: str | None = None
+    bid: float | None = None
+    preempt: int = 0
 
 
 @dataclass(frozen=True)

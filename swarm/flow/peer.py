@@ -26,20 +26,32 @@ from swarm.flow.messages import (
     State,
 )
 
+PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 HOLD_S_FACTOR = 2.0  # after a swap hint, wait this many retry periods before returning flow
 
 
 class PeerAgent(Sender):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
-    def __init__(self, node_id: str, env: Env, stage: int, stages: int, holders: Iterable[str],
-                 capacity: float, seed: int = 0, improve: bool = True) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        env: Env,
+        stage: int,
+        stages: int,
+        holders: Iterable[str],
+        capacity: float,
+        seed: int = 0,
+        improve: bool = True,
+    ) -> None:
         super().__init__(node_id, env, stage, stages, holders, seed, improve)
         self.capacity = capacity
         self.inflow: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.last = stage == stages - 1
         self._hold_until = -INF
         self._labels: dict[str, int] = {}
+        self.bids: dict[str, dict[str, float]] = {h: {} for h in self.holders}
+        self.preempts = 4
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
@@ -119,12 +131,56 @@ class PeerAgent(Sender):
             accepted = min(msg.rate, self.spare())
             if msg.swap_from is not None and accepted < msg.rate - EPS:
                 accepted += self._swap(src, h, msg.rate - accepted, msg.swap_from)
+            if msg.preempt and msg.bid is not None and accepted < msg.rate - EPS:
+                accepted += self._evict(src, h, msg.rate - accepted, msg.bid)
         if accepted > EPS:
             self.inflow[h][src] = self.inflow[h].get(src, 0.0) + accepted
+            if msg.bid is not None:
+                self.bids[h][src] = msg.bid
         else:
             accepted = 0.0
         self._labels = {hh: self.compute_label(hh) for hh in self.holders}
         self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
+
+    def arrival(self, h: str) -> float:
+        bids = self.bids[h]
+        return max((bids.get(u, 0.0) for u, r in self.inflow[h].items() if r > EPS), default=0.0)
+
+    def _evict(self, sender: str, h: str, rate: float, bid: float) -> float:
+        """Preemption at a full peer: return in-flows whose path so far costs clearly more than `bid`.
+
+        The displaced upstream gets its flow back and pushes it elsewhere or returns it, so the
+        capacity of a full peer goes to the cheapest paths (an auction where the bid is the path cost
+        so far; all flows through this peer share the same continuation).
+        """
+        got = 0.0
+        bids = self.bids[h]
+        worse = [(bids.get(u, 0.0), u) for u, r in self.inflow[h].items()
+                 if u != sender and r > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S]
+        for _, u in sorted(worse, reverse=True):
+            if got >= rate - EPS:
+                break
+            moved = min(rate - got, self.inflow[h][u])
+            self.inflow[h][u] -= moved
+            got += moved
+            self.send(u, Return(h, moved, self.state()))
+        return got
+
+    def _preempt(self, h: str, left: float) -> bool:
+        """Excess and no next hop with spare: bid for a full next hop's capacity (budgeted)."""
+        if self.last or self.preempts <= 0 or not self.improve:
+            return False
+        mine = self.label(h)
+        full = [v for v in self.next if self.view_spare(v) <= EPS and self.target_label(h, v) < mine
+                and v in self.views]
+        if not full:
+            return False
+        v = min(full, key=lambda v: (self.env.cost(self.id, v) + self.views[v].cheapest.get(h, INF), v))
+        self.preempts -= 1
+        oid = self.add_offer(h, v, left, None)
+        bid = self.arrival(h) + self.env.cost(self.id, v)
+        self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1))
+        return True
 
     def _swap(self, sender: str, h: str, rate: float, other: str) -> float:
         """Make room for `sender` by handing one in-flow over to `other` (same stage as us).
@@ -156,13 +212,16 @@ class PeerAgent(Sender):
         """The hold after a swap hint expired: settle() may now return flow upstream."""
 
     def forget(self, node: str) -> None:
+        self.preempts = max(self.preempts, self.base_budget())
         for h in self.holders:
             self.inflow[h].pop(node, None)
+            self.bids[h].pop(node, None)
         self.forget_target(node)
         self.budget = max(self.budget, self.base_budget())
 
     def on_joined(self) -> None:
         self.budget = max(self.budget, self.base_budget())
+        self.preempts = max(self.preempts, self.base_budget())
 
     def base_budget(self) -> int:
         return 2 + len(self.next) // 2
@@ -185,7 +244,7 @@ class PeerAgent(Sender):
             if ex > EPS:
                 left = self.push(h)
                 if left > EPS:
-                    if self.now < self._hold_until:
+                    if self.now < self._hold_until or self._preempt(h, left):
                         busy = True
                     else:
                         left = self._return(h, left)
@@ -212,8 +271,9 @@ class PeerAgent(Sender):
         return amount
 
     def _return_most_expensive(self, amount: float) -> None:
-        flows = [(self.env.cost(u, self.id), h, u) for h, f in self.inflow.items() for u, r in f.items()
-                 if r > EPS]
+        flows = [
+            (self.env.cost(u, self.id), h, u) for h, f in self.inflow.items() for u, r in f.items() if r > EPS
+        ]
         for _, h, u in sorted(flows, reverse=True):
             if amount <= EPS:
                 break

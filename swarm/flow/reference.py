@@ -103,8 +103,15 @@ def _routes(instance: Instance, edges: list[tuple[str, str, str]], x: np.ndarray
 
 
 def _lp_max_flow(m: _Model) -> float:
-    res = linprog(-m.out_of_holders, A_ub=m.a_ub, b_ub=m.b_ub, A_eq=m.a_eq, b_eq=np.zeros(m.a_eq.shape[0]),
-                  bounds=(0, None), method="highs")
+    res = linprog(
+        -m.out_of_holders,
+        A_ub=m.a_ub,
+        b_ub=m.b_ub,
+        A_eq=m.a_eq,
+        b_eq=np.zeros(m.a_eq.shape[0]),
+        bounds=(0, None),
+        method="highs",
+    )
     if res.status != 0:
         raise RuntimeError(f"max-flow LP failed: {res.message}")
     return float(-res.fun)
@@ -116,8 +123,15 @@ def min_cost_max_flow(instance: Instance) -> dict[str, dict[str, dict[str, float
     best = _lp_max_flow(m)
     a_ub = vstack([m.a_ub, coo_matrix(-m.out_of_holders)])
     b_ub = np.append(m.b_ub, -best * (1 - 1e-9) + 1e-12)
-    res = linprog(m.cost, A_ub=a_ub, b_ub=b_ub, A_eq=m.a_eq, b_eq=np.zeros(m.a_eq.shape[0]),
-                  bounds=(0, None), method="highs")
+    res = linprog(
+        m.cost,
+        A_ub=a_ub,
+        b_ub=b_ub,
+        A_eq=m.a_eq,
+        b_eq=np.zeros(m.a_eq.shape[0]),
+        bounds=(0, None),
+        method="highs",
+    )
     if res.status != 0:
         raise RuntimeError(f"min-cost LP failed: {res.message}")
     return _routes(instance, m.edges, res.x)
@@ -232,13 +246,14 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     total = np.zeros(width)
     total[:n] = m.out_of_holders
     a_all = vstack([structural, a_eq, a_ub, coo_matrix(total)]).tocsr()
-    lo_all = np.concatenate([lo, np.zeros(a_eq.shape[0]), np.full(a_ub.shape[0], -np.inf),
-                             [best * (1 - 1e-9) - 1e-12]])
+    lo_all = np.concatenate(
+        [lo, np.zeros(a_eq.shape[0]), np.full(a_ub.shape[0], -np.inf), [best * (1 - 1e-9) - 1e-12]]
+    )
     hi_all = np.concatenate([hi, np.zeros(a_eq.shape[0]), m.b_ub, [np.inf]])
     integrality = np.zeros(width)
-    integrality[n:2 * n] = 1
+    integrality[n : 2 * n] = 1
     upper = np.full(width, np.inf)
-    upper[n:2 * n] = 1.0
+    upper[n : 2 * n] = 1.0
     lower = np.zeros(width)
     for (h, node), k in pot.items():  # WLOG potentials lie in [cheapest prefix, U - cheapest suffix]
         pre, suf = short[h]
@@ -262,8 +277,7 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     c2[:n] = m.cost
     upper2 = upper.copy()
     upper2[t_col] = t_star * (1 + 1e-9) + 1e-9
-    res2 = milp(c2, constraints=cons, integrality=integrality, bounds=Bounds(lower, upper2),
-                options=opts)
+    res2 = milp(c2, constraints=cons, integrality=integrality, bounds=Bounds(lower, upper2), options=opts)
     x = res2.x if res2.x is not None else res.x
     x = np.where(x[:n] > CLEAN, x[:n], 0.0)
     routes = _routes(instance, m.edges, x)

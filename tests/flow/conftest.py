@@ -7,8 +7,14 @@ import pytest
 from swarm.flow.instance import HolderSpec, Instance, Link, PeerSpec
 
 
-def explicit(stages: int, peers: list[tuple[str, int, float, float]], holders: list[tuple[str, float]],
-             latency_s: float = 0.01, bandwidth: float = 1e8, overrides: dict | None = None) -> Instance:
+def explicit(
+    stages: int,
+    peers: list[tuple[str, int, float, float]],
+    holders: list[tuple[str, float]],
+    latency_s: float = 0.01,
+    bandwidth: float = 1e8,
+    overrides: dict | None = None,
+) -> Instance:
     """An instance with explicit links: every pair gets (latency, bandwidth) unless overridden."""
     ps = tuple(PeerSpec(i, s, c, comp) for i, s, c, comp in peers)
     hs = tuple(HolderSpec(i, d, 0.0) for i, d in holders)
@@ -17,8 +23,9 @@ def explicit(stages: int, peers: list[tuple[str, int, float, float]], holders: l
     for (a, b), link in (overrides or {}).items():
         links.pop((b, a), None)
         links[(a, b)] = link
-    return Instance(stages=stages, activation_bytes=1e6, holders=hs, peers=ps, geo=False,
-                    explicit_links=links)
+    return Instance(
+        stages=stages, activation_bytes=1e6, holders=hs, peers=ps, geo=False, explicit_links=links
+    )
 
 
 @pytest.fixture

@@ -21,9 +21,20 @@ def test_random_json() -> None:
     res = run("--random", "--peers", "12", "--stages", "3", "--holders", "2", "--seed", "4", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    for key in ("flow", "optimal_flow", "max_path_cost", "optimal_max_path_cost", "mean_path_cost",
-                "optimal_mean_path_cost", "rounds", "messages", "messages_per_peer", "seconds", "routes",
-                "bottleneck_stage"):
+    for key in (
+        "flow",
+        "optimal_flow",
+        "max_path_cost",
+        "optimal_max_path_cost",
+        "mean_path_cost",
+        "optimal_mean_path_cost",
+        "rounds",
+        "messages",
+        "messages_per_peer",
+        "seconds",
+        "routes",
+        "bottleneck_stage",
+    ):
         assert key in out
     assert out["flow"] == pytest.approx(out["optimal_flow"], abs=1e-5)
     assert out["violations"] == 0

@@ -25,8 +25,13 @@ def converge(bus: MessageBus) -> None:
 
 
 @SETTINGS
-@given(stages=st.integers(1, 5), per_stage=st.integers(1, 4), holders=st.integers(1, 3),
-       seed=st.integers(0, 10_000), improve=st.booleans())
+@given(
+    stages=st.integers(1, 5),
+    per_stage=st.integers(1, 4),
+    holders=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+    improve=st.booleans(),
+)
 def test_max_flow_and_invariants(stages: int, per_stage: int, holders: int, seed: int, improve: bool) -> None:
     inst = random_instance(stages * per_stage, stages, holders, seed)
     bus = MessageBus(inst, seed=seed, improve=improve)
@@ -35,8 +40,13 @@ def test_max_flow_and_invariants(stages: int, per_stage: int, holders: int, seed
 
 
 @SETTINGS
-@given(stages=st.integers(1, 4), per_stage=st.integers(1, 4), holders=st.integers(1, 2),
-       seed=st.integers(0, 10_000), loss=st.sampled_from([0.05, 0.2, 0.4]))
+@given(
+    stages=st.integers(1, 4),
+    per_stage=st.integers(1, 4),
+    holders=st.integers(1, 2),
+    seed=st.integers(0, 10_000),
+    loss=st.sampled_from([0.05, 0.2, 0.4]),
+)
 def test_loss_and_reordering(stages: int, per_stage: int, holders: int, seed: int, loss: float) -> None:
     """Wide delay spread reorders messages; loss is repaired by retransmission."""
     inst = random_instance(stages * per_stage, stages, holders, seed)
@@ -81,7 +91,8 @@ def test_hand_checked_diamond(diamond) -> None:
     assert sum(routes["h"]["c"].values()) == pytest.approx(4.0)  # everything comes home through c
     assert bottleneck_stage(diamond, routes) == 1
     assert sum(routes["h"]["h"].values()) == pytest.approx(4.0)
-    assert routes["h"]["h"]["a"] <= 2.0 + 1e-9 and routes["h"]["h"]["b"] <= 3.0 + 1e-9
+    # the optimum: a (cheaper) is filled, the rest goes through b (preemption at the full peer c)
+    assert routes["h"]["h"] == {"a": pytest.approx(2.0), "b": pytest.approx(2.0)}
 
 
 def test_demand_limited_single_stage() -> None:
@@ -114,3 +125,16 @@ def test_messages_scale_with_neighbours_not_swarm_size() -> None:
     a, b = small.run_until_quiescent(), large.run_until_quiescent()
     per_a, per_b = a.messages / len(small.agents), b.messages / len(large.agents)
     assert per_b < 3 * per_a
+
+
+@pytest.mark.xfail(strict=False, reason="issue 3 figure not reached yet: max path up to 1.58x the min-cost "
+                   "optimum on 12-peer instances (greedy push + preemption is not a min-cost protocol)")
+@pytest.mark.parametrize("seed", [1, 2, 4, 7])
+def test_max_path_within_5_percent_of_min_cost(seed: int) -> None:
+    from swarm.flow.reference import min_cost_max_flow
+
+    inst = random_instance(12, 3, 1, seed)
+    bus = MessageBus(inst, seed=seed)
+    converge(bus)
+    best = cost.max_path_cost(inst, min_cost_max_flow(inst))
+    assert cost.max_path_cost(inst, bus.routes()) <= 1.05 * best + 1e-9

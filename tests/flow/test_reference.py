@@ -46,8 +46,12 @@ def test_min_max_beats_min_cost_on_its_objective() -> None:
 
 
 @settings(max_examples=8, deadline=None)
-@given(stages=st.integers(1, 4), per_stage=st.integers(1, 3), holders=st.integers(1, 3),
-       seed=st.integers(0, 10_000))
+@given(
+    stages=st.integers(1, 4),
+    per_stage=st.integers(1, 3),
+    holders=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
+)
 def test_lp_agrees_with_networkx(stages: int, per_stage: int, holders: int, seed: int) -> None:
     inst = random_instance(stages * per_stage, stages, holders, seed)
     best = max_flow_value(inst)
