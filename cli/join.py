@@ -23,6 +23,7 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Option("", help="A name shown on the dashboard."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
         threads: int = typer.Option(0, help="torch threads (0: torch's default)."),
+        capacity: float = typer.Option(0.0, help="Lend at most this many microbatches/s (0: measured)."),
         manifest_timeout: float = typer.Option(60.0, help="Seconds to wait for the run's manifest."),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
@@ -50,6 +51,7 @@ def register(app: typer.Typer) -> None:
                 await run_volunteer(
                     node, stage=None if stage == "auto" else int(stage), role=role, device=device,
                     region=region, name=name, stop=stop, manifest_timeout=manifest_timeout,
+                    capacity=capacity or None,
                     on_ready=lambda text: typer.echo(f"swarm join: {text}", err=True),
                 )  # fmt: skip
             except JoinError as exc:

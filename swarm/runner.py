@@ -99,6 +99,7 @@ async def choose_stage(node: SwarmNode, stages: int) -> int:
 async def run_volunteer(
     node: SwarmNode, *, stage: int | None, role: str, device: str, region: str, name: str,
     stop: asyncio.Event, manifest_timeout: float = 60.0, on_ready: Callable[[str], None] = lambda s: None,
+    capacity: float | None = None,
 ) -> None:  # fmt: skip
     """`swarm join`: serve a stage (or be an extra data holder) until `stop` is set."""
     manifest = await wait_manifest(node, manifest_timeout)
@@ -116,6 +117,8 @@ async def run_volunteer(
         part, blocks = stage, tuple(manifest.layout[stage])
         shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
         throughput = await worker.run_compute(measure_throughput, worker.module, shape, device)
+        if capacity is not None:
+            throughput = min(throughput, capacity)  # the volunteer lends at most this much
     await worker.register()
     flow = await start_flow(node, manifest, part, throughput)
     await serve_stats(node, worker, flow)

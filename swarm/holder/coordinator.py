@@ -17,6 +17,7 @@ from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
 
 log = logging.getLogger(__name__)
+PING_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -31,6 +32,7 @@ class SwarmIteration:
     rerouted: int = 0
     reexecuted: int = 0
     gradients_lost: int = 0
+    wasted_compute_s: float = 0.0
 
     def to_json(self) -> dict:
         return {
@@ -38,6 +40,7 @@ class SwarmIteration:
             "seconds": round(self.seconds, 4), "microbatches": self.microbatches, "peers": self.peers,
             "tokens_per_s": round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0,
             "rerouted": self.rerouted, "reexecuted": self.reexecuted, "gradients_lost": self.gradients_lost,
+            "wasted_compute_s": round(self.wasted_compute_s, 4),
             "carried": {str(s): c for s, c in self.per_stage.items()},
         }  # fmt: skip
 
@@ -94,27 +97,53 @@ class Coordinator:
                 for stage, hop_peer in enumerate(mb["path"][1:]):
                     carried[stage][hop_peer] += 1
         members = await self.stage_members()
+        everyone = sorted({p for s in range(self.stages) for p in set(members.get(s, [])) | set(carried[s])})
+        alive = await self.alive(everyone)
         calls = []
+        lost = 0
         for stage in range(self.stages):
-            group = sorted(set(members.get(stage, [])) | set(carried[stage]))
-            calls += [(peer, stage, group, dict(carried[stage])) for peer in group]
+            group = sorted(p for p in set(members.get(stage, [])) | set(carried[stage]) if p in alive)
+            dead_carried = {p: c for p, c in carried[stage].items() if p not in alive}
+            lost += sum(dead_carried.values())  # a replica died holding these gradients
+            contributors = {p: c for p, c in carried[stage].items() if p in alive}
+            calls += [(peer, stage, group, contributors) for peer in group]
         calls += [(peer, HOLDER_PART, holders, dict(holder_counts)) for peer in holders]
         replies = await asyncio.gather(*(self._step(p, iteration, g, c) for p, _, g, c in calls),
                                        return_exceptions=True)  # fmt: skip
-        lost = 0
+        hop_rerouted = 0
+        late: dict[int, int] = {}  # contributions that did not reach a stage's average in time
         for (peer, stage, _, _), reply in zip(calls, replies):
             if isinstance(reply, BaseException):
                 log.warning("step of %s (stage %s) failed: %s", peer, stage, reply)
                 continue
-            lost = max(lost, sum(reply.get("lost", {}).values()))
+            late[stage] = max(late.get(stage, 0), sum(reply.get("lost", {}).values()))
+            if stage != HOLDER_PART:  # hops count the reroutes they made themselves
+                hop_rerouted += int(reply.get("rerouted", 0))
+        lost += sum(late.values())
         seconds = time.perf_counter() - start
         return SwarmIteration(
             iteration=iteration, loss=sum(losses) / max(len(losses), 1),
             tokens=len(losses) * self.manifest.microbatch_size * self.manifest.seq_len, seconds=seconds,
             microbatches=len(losses), peers=sum(len(v) for v in members.values()) + len(holders),
             per_stage={s: dict(c) for s, c in carried.items()},
-            rerouted=sum(int(r.get("rerouted", 0)) for r in results), gradients_lost=lost,
+            rerouted=hop_rerouted + sum(int(r.get("rerouted", 0)) for r in results),
+            reexecuted=sum(int(r.get("reexecuted", 0)) for r in results), gradients_lost=lost,
+            wasted_compute_s=sum(float(r.get("wasted_compute_s", 0.0)) for r in results),
         )  # fmt: skip
+
+    async def alive(self, peers: list[str]) -> set[str]:
+        """The peers that answer a short ping: a crashed replica is left out of the step."""
+
+        async def ping(peer: str) -> str | None:
+            if peer == self.node.peer_id:
+                return peer
+            try:
+                await self.node.call(peer, "stats", {}, timeout=PING_TIMEOUT_S)
+                return peer
+            except Exception:  # noqa: BLE001 - no answer: treat as crashed
+                return None
+
+        return {p for p in await asyncio.gather(*(ping(p) for p in peers)) if p is not None}
 
     async def _step(
         self, peer: str, iteration: int, members: list[str], contributors: dict[str, int]

@@ -20,6 +20,7 @@ from models.presets import config_from_dict
 from models.randomness import EMBED_STAGE, seeded
 from models.staged import build_holder
 from models.tokenizer import load_tokenizer
+from swarm.holder.supervisor import supervise
 from swarm.node import SwarmNode
 from swarm.routing.table import NextHops
 from swarm.stage.replica import Replica
@@ -37,7 +38,10 @@ class Flight:
     ids: torch.Tensor
     embedded: torch.Tensor
     done: asyncio.Future
+    hop: Hop | None = None
     path: tuple[str, ...] = ()
+    first_hop: str | None = None
+    grad_last: torch.Tensor | None = None
     loss: float | None = None
     sent_at: float = field(default_factory=time.monotonic)
 
@@ -59,13 +63,29 @@ class DataHolder(Replica):
         self.shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
         self.hops = NextHops()
         self.flights: dict[tuple[str, int, int], Flight] = {}
-        self.stats = {"rerouted": 0, "reexecuted": 0}
+        self.stats = {"rerouted": 0, "reexecuted": 0, "wasted_compute_s": 0.0}
+        self.iteration_seconds: list[float] = []
 
     async def register(self) -> None:
         await super().register()
         await self.node.rpc.add("forward", self.on_result)
         await self.node.rpc.add("backward", self.on_embedding_grad)
         await self.node.rpc.add("start", self.on_start)
+        await self.node.rpc.add("fetch", self.on_fetch)
+
+    async def on_fetch(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """Our embedding output or last-stage gradient of a microbatch, for a replacement hop."""
+        from swarm.stage.server import key_of
+
+        key, what = key_of(header), header.get("what")
+        flight = self.flights.get(key)
+        tensor = None
+        if flight is not None:
+            tensor = flight.embedded.detach() if what == "output" else flight.grad_last
+        if tensor is None:
+            raise WireError(f"no {what} kept for {key}")
+        meta, data = encode_tensor(tensor, "none")
+        return {"t": meta}, data
 
     async def on_start(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
         """The initiator asks this (extra) holder to train its share of an iteration."""
@@ -84,19 +104,25 @@ class DataHolder(Replica):
     async def send_microbatch(self, iteration: int, microbatch: int) -> Flight:
         ids, embedded = await self.run_compute(self._embed, iteration, microbatch)
         flight = Flight(ids, embedded, asyncio.get_running_loop().create_future())
-        hop = Hop(self.node.run_id, iteration, microbatch, self.node.peer_id, (self.node.peer_id,), 0)
-        self.flights[hop.key] = flight
-        meta, data = encode_tensor(embedded.detach(), self.codec)
-        tried: set[str] = set()
-        while True:
+        flight.hop = Hop(self.node.run_id, iteration, microbatch, self.node.peer_id, (self.node.peer_id,), 0)
+        self.flights[flight.hop.key] = flight
+        await self.send_first(flight, frozenset())
+        return flight
+
+    async def send_first(self, flight: Flight, exclude: frozenset[str]) -> None:
+        """Send the embedded microbatch to a stage-0 peer, rerouting past failed ones."""
+        meta, data = encode_tensor(flight.embedded.detach(), self.codec)
+        tried: set[str] = set(exclude)
+        while flight.hop.iteration == self.iteration:
             target = self.hops.choose(self.node.peer_id, 0, frozenset(tried))
             if target is None:
                 await asyncio.sleep(1.0)  # no live stage-0 peer: wait for one
-                tried.clear()
+                tried = set(exclude)
                 continue
             try:
-                await self.node.call(target, "forward", hop.header(meta), data, timeout=60)
-                return flight
+                await self.node.call(target, "forward", flight.hop.header(meta), data, timeout=60)
+                flight.first_hop = target
+                return
             except Exception as exc:  # noqa: BLE001 - reroute to another stage-0 peer
                 log.warning("forward to %s failed (%s); rerouting", target, exc)
                 self.hops.mark_dead(target)
@@ -108,11 +134,14 @@ class DataHolder(Replica):
         if iteration != self.iteration:
             raise WireError(f"asked to run iteration {iteration}, this holder is at {self.iteration}")
         share = self.schedule.holder_share(holder_index, num_holders)
+        before = dict(self.stats)
+        started = time.monotonic()
         flights = await asyncio.gather(*(self.send_microbatch(iteration, m) for m in share))
-        await asyncio.gather(*(f.done for f in flights))
+        await supervise(self, flights)
+        self.iteration_seconds.append(time.monotonic() - started)
         return {
             "microbatches": {str(m): {"loss": f.loss, "path": list(f.path)} for m, f in zip(share, flights)},
-            "rerouted": self.stats["rerouted"],
+            **{k: self.stats[k] - before[k] for k in ("rerouted", "reexecuted", "wasted_compute_s")},
         }
 
     # ---------------------------------------------------------------- receiving
@@ -143,7 +172,8 @@ class DataHolder(Replica):
         hidden = hidden.to(self.device, torch.float32).requires_grad_(True)
         loss = self.module.loss(hidden, flight.ids)
         (loss / self.schedule.microbatches).backward()
-        return loss.item(), hidden.grad.detach()
+        flight.grad_last = hidden.grad.detach()
+        return loss.item(), flight.grad_last
 
     async def _loss_and_backward(self, hop: Hop, flight: Flight, hidden: torch.Tensor) -> None:
         flight.loss, grad = await self.run_compute(self._compute_loss, flight, hidden)
@@ -154,12 +184,24 @@ class DataHolder(Replica):
         except Exception as exc:  # noqa: BLE001 - recovery re-executes; see swarm/recovery
             log.warning("backward to %s failed: %s", hop.path[-1], exc)
 
+    async def resend_last_grad(self, flight: Flight) -> None:
+        """Send the loss gradient to the last stage again (the first copy was lost)."""
+        hop = flight.hop
+        meta, data = encode_tensor(flight.grad_last, self.codec)
+        back = Hop(hop.run, hop.iteration, hop.microbatch, hop.holder, flight.path, self.stages - 1)
+        await self.node.call(flight.path[-1], "backward", back.header(meta), data, timeout=60)
+
     async def on_embedding_grad(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
         hop, flight = self._flight(header, -1)
         grad = decode_tensor(header["t"], payload, expect_shape=self.shape)
+        if flight.done.done():
+            return {"ok": True, "duplicate": True}, b""
         await self.run_compute(lambda: flight.embedded.backward(grad.to(flight.embedded.device)))
         self.carried[hop.iteration] = self.carried.get(hop.iteration, 0) + 1
-        self.flights.pop(hop.key, None)
         if not flight.done.done():
             flight.done.set_result(True)
         return {"ok": True}, b""
+
+    def after_step(self, iteration: int) -> None:
+        super().after_step(iteration)
+        self.flights = {k: f for k, f in self.flights.items() if k[1] > iteration}

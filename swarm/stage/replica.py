@@ -33,6 +33,7 @@ class Replica:
         self.iteration = 0  # optimizer steps taken = the iteration this replica trains now
         self.carried: dict[int, int] = {}
         self.codec = train.get("compression", "none")
+        self._reported: dict[str, int] = {}
 
     async def run_compute(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
@@ -78,7 +79,10 @@ class Replica:
         self.after_step(iteration)
         self.iteration += 1
         lost = {p: c for p, c in contributors.items() if p not in included and c > 0}
-        return {"ok": True, "iteration": self.iteration, "included": included, "lost": lost}, b""
+        counters = {k: v for k, v in getattr(self, "stats", {}).items() if k in ("rerouted", "reexecuted")}
+        delta = {k: v - self._reported.get(k, 0) for k, v in counters.items()}
+        self._reported = counters
+        return {"ok": True, "iteration": self.iteration, "included": included, "lost": lost, **delta}, b""
 
     def _apply_step(self) -> None:
         self.optimizer.step()

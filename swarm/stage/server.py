@@ -4,6 +4,11 @@
 to a next-stage peer picked from the routing table (or back to the holder after the last stage).
 `backward` takes the gradient of that output, backpropagates through the kept graph, accumulates
 parameter gradients and pushes the input gradient to the previous hop on the recorded path.
+
+For recovery (DESIGN section 7) a hop keeps, per microbatch of the current iteration, its input
+and output until backward, where it sent the output, and the gradient it sent back; the holder
+asks `status` along the path to find a break, `resend` re-pushes from the last live hop, and
+`reexec` makes this peer replace a dead hop of its stage (forward again, then backward).
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from models.presets import config_from_dict
 from models.randomness import seeded
 from models.staged import build_stage
 from swarm.node import SwarmNode
+from swarm.recovery.faults import fault_point
 from swarm.routing.table import NextHops
 from swarm.stage.replica import Replica
 from swarm.transport import decode_tensor, encode_tensor
 from swarm.wire import Hop, WireError, parse_hop
 
 log = logging.getLogger(__name__)
+Key = tuple[str, int, int]
 
 
 @dataclass
@@ -34,6 +41,14 @@ class HopState:
     inputs: torch.Tensor
     outputs: torch.Tensor
     compute_s: float
+
+
+def key_of(header: dict) -> Key:
+    key = header.get("key")
+    if not (isinstance(key, list) and len(key) == 3 and isinstance(key[0], str)
+            and all(isinstance(k, int) for k in key[1:])):  # fmt: skip
+        raise WireError("key must be [holder, iteration, microbatch]")
+    return (key[0], key[1], key[2])
 
 
 class StageServer(Replica):
@@ -49,15 +64,20 @@ class StageServer(Replica):
         self.microbatches = manifest.train["batch_size"] // manifest.microbatch_size
         self.shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
         self.hops = NextHops()
-        self.kept: dict[tuple[str, int, int], HopState] = {}
-        self.computing: set[tuple[str, int, int]] = set()
-        self.stats = {"forward": 0, "backward": 0, "rerouted": 0, "compute_s": 0.0}
+        self.kept: dict[Key, HopState] = {}
+        self.computing: set[Key] = set()
+        self.sent_to: dict[Key, str] = {}
+        self.grad_sent: dict[Key, tuple[torch.Tensor, Hop]] = {}
+        self.stats = {"forward": 0, "backward": 0, "rerouted": 0, "reexecuted": 0, "compute_s": 0.0}
         self.tasks: set[asyncio.Task] = set()
+        self.on_peer_failed = lambda peer: None
 
     async def register(self) -> None:
         await super().register()
-        await self.node.rpc.add("forward", self.on_forward)
-        await self.node.rpc.add("backward", self.on_backward)
+        for name, handler in (("forward", self.on_forward), ("backward", self.on_backward),
+                              ("status", self.on_status), ("resend", self.on_resend),
+                              ("fetch", self.on_fetch), ("reexec", self.on_reexec)):  # fmt: skip
+            await self.node.rpc.add(name, handler)
 
     def _spawn(self, coro) -> None:
         task = asyncio.create_task(coro)
@@ -67,9 +87,9 @@ class StageServer(Replica):
     def _parse(self, header: dict) -> Hop:
         return parse_hop(header, run=self.node.run_id, stages=self.stages, microbatches=self.microbatches)
 
-    def _check_iteration(self, hop: Hop) -> None:
-        if hop.iteration != self.iteration:
-            raise WireError(f"microbatch of iteration {hop.iteration}, this stage is at {self.iteration}")
+    def _check_iteration(self, iteration: int) -> None:
+        if iteration != self.iteration:
+            raise WireError(f"microbatch of iteration {iteration}, this stage is at {self.iteration}")
 
     # ------------------------------------------------------------------ forward
     async def on_forward(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
@@ -77,9 +97,10 @@ class StageServer(Replica):
         if hop.stage != self.spec.index or len(hop.path) != self.spec.index + 1:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
         inputs = decode_tensor(header["t"], payload, expect_shape=self.shape)
-        self._check_iteration(hop)
+        self._check_iteration(hop.iteration)
         if hop.key in self.kept or hop.key in self.computing:
             return {"ok": True, "duplicate": True}, b""  # a re-send whose first copy got here
+        fault_point("forward", hop.iteration)
         self.computing.add(hop.key)
         self._spawn(self._forward(hop, inputs))
         return {"ok": True}, b""
@@ -101,33 +122,34 @@ class StageServer(Replica):
         self.kept[hop.key] = state
         self.stats["forward"] += 1
         self.stats["compute_s"] += state.compute_s
-        meta, data = encode_tensor(state.outputs.detach(), self.codec)
-        nxt_stage = self.spec.index + 1
-        out = Hop(
-            hop.run, hop.iteration, hop.microbatch, hop.holder, (*hop.path, self.node.peer_id), nxt_stage
-        )
-        await self.push_forward(out, meta, data)
+        await self.push_forward(state, frozenset())
 
-    async def push_forward(self, hop: Hop, meta: dict, data: bytes) -> None:
-        """Send to a next-stage peer; on failure try the others (the activations are still here)."""
-        tried: set[str] = set()
-        while True:
-            if hop.stage == self.stages:
+    async def push_forward(self, state: HopState, exclude: frozenset[str]) -> None:
+        """Send our output to a next-stage peer; on failure try the others (we still hold it)."""
+        hop = state.hop
+        out = Hop(hop.run, hop.iteration, hop.microbatch, hop.holder, (*hop.path, self.node.peer_id),
+                  self.spec.index + 1)  # fmt: skip
+        meta, data = encode_tensor(state.outputs.detach(), self.codec)
+        tried: set[str] = set(exclude)
+        while hop.iteration == self.iteration:
+            if out.stage == self.stages:
                 target = hop.holder
             else:
-                target = self.hops.choose(hop.holder, hop.stage, frozenset(tried))
+                target = self.hops.choose(hop.holder, out.stage, frozenset(tried))
                 if target is None:
                     await asyncio.sleep(1.0)  # nobody serves the next stage: wait for a peer
-                    tried.clear()
+                    tried = set(exclude)
                     continue
             try:
-                await self.node.call(target, "forward", hop.header(meta), data, timeout=60)
+                await self.node.call(target, "forward", out.header(meta), data, timeout=60)
+                self.sent_to[hop.key] = target
                 return
             except Exception as exc:  # noqa: BLE001 - any failure of the hop means: reroute
                 log.warning("forward to %s failed (%s); rerouting", target, exc)
                 if target == hop.holder:
                     return  # the holder is gone: its microbatch is gone with it
                 self.hops.mark_dead(target)
+                self.on_peer_failed(target)
                 tried.add(target)
                 self.stats["rerouted"] += 1
 
@@ -136,11 +158,15 @@ class StageServer(Replica):
         hop = self._parse(header)
         if hop.stage != self.spec.index:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
-        self._check_iteration(hop)
+        self._check_iteration(hop.iteration)
         state = self.kept.get(hop.key)
         if state is None:
+            if hop.key in self.grad_sent:
+                return {"ok": True, "duplicate": True}, b""
             raise WireError(f"unknown microbatch {hop.key} at stage {self.spec.index}")
         grad = decode_tensor(header["t"], payload, expect_shape=list(state.outputs.shape))
+        fault_point("backward", hop.iteration)
+        del self.kept[hop.key]
         self._spawn(self._backward(state, grad))
         return {"ok": True}, b""
 
@@ -151,19 +177,91 @@ class StageServer(Replica):
         return state.inputs.grad.detach()
 
     async def _backward(self, state: HopState, grad: torch.Tensor) -> None:
-        hop = state.hop
-        self.kept.pop(hop.key, None)
         grad_in = await self.run_compute(self._compute_backward, state, grad)
+        hop = state.hop
         self.carried[hop.iteration] = self.carried.get(hop.iteration, 0) + 1
         self.stats["backward"] += 1
+        self.grad_sent[hop.key] = (grad_in, hop)
+        await self._send_grad(hop.key)
+
+    async def _send_grad(self, key: Key) -> None:
+        grad_in, hop = self.grad_sent[key]
         meta, data = encode_tensor(grad_in, self.codec)
-        prev = hop.path[-1]
         back = Hop(hop.run, hop.iteration, hop.microbatch, hop.holder, hop.path, self.spec.index - 1)
         try:
-            await self.node.call(prev, "backward", back.header(meta), data, timeout=60)
+            await self.node.call(hop.path[-1], "backward", back.header(meta), data, timeout=60)
         except Exception as exc:  # noqa: BLE001 - the holder finds the break and re-executes
-            log.warning("backward to %s failed: %s", prev, exc)
+            log.warning("backward to %s failed: %s", hop.path[-1], exc)
+
+    # ----------------------------------------------------------------- recovery
+    async def on_status(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        key = key_of(header)
+        if key in self.computing:
+            state = "computing"
+        elif key in self.kept:
+            state = "kept"
+        elif key in self.grad_sent:
+            state = "done"
+        else:
+            state = "unknown"
+        return {"state": state, "next": self.sent_to.get(key), "iteration": self.iteration}, b""
+
+    async def on_resend(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """Re-push our output (forward) or our input gradient (backward) for a microbatch."""
+        key, what = key_of(header), header.get("what")
+        exclude = header.get("exclude", [])
+        if not isinstance(exclude, list) or not all(isinstance(p, str) for p in exclude):
+            raise WireError("exclude must be a list of peer ids")
+        if what == "forward" and key in self.kept:
+            self.stats["rerouted"] += 1
+            self.sent_to.pop(key, None)
+            self._spawn(self.push_forward(self.kept[key], frozenset(exclude)))
+        elif what == "grad" and key in self.grad_sent:
+            self._spawn(self._send_grad(key))
+        else:
+            raise WireError(f"nothing to resend for {key} ({what})")
+        return {"ok": True}, b""
+
+    async def on_fetch(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """Our output or input gradient of a microbatch, for a peer that replaces a dead hop."""
+        key, what = key_of(header), header.get("what")
+        if what == "output" and key in self.kept:
+            meta, data = encode_tensor(self.kept[key].outputs.detach(), "none")
+        elif what == "grad" and key in self.grad_sent:
+            meta, data = encode_tensor(self.grad_sent[key][0], "none")
+        else:
+            raise WireError(f"no {what} kept for {key}")
+        return {"t": meta}, data
+
+    async def on_reexec(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        """Replace a dead hop of our stage for one microbatch: fetch its input from the live hop
+        before the break and the output gradient from the live hop after it, redo forward and
+        backward here, and send the input gradient on as the dead hop would have."""
+        hop = self._parse(header)
+        downstream = header.get("downstream")
+        if hop.stage != self.spec.index or not isinstance(downstream, str):
+            raise WireError("reexec needs this peer's stage and a downstream peer")
+        self._check_iteration(hop.iteration)
+        self._spawn(self._reexec(hop, downstream))
+        return {"ok": True}, b""
+
+    async def _reexec(self, hop: Hop, downstream: str) -> None:
+        ask = {"key": list(hop.key)}
+        try:
+            head, data = await self.node.call(hop.path[-1], "fetch", {**ask, "what": "output"}, timeout=60)
+            inputs = decode_tensor(head["t"], data, expect_shape=self.shape)
+            head, data = await self.node.call(downstream, "fetch", {**ask, "what": "grad"}, timeout=60)
+            grad = decode_tensor(head["t"], data, expect_shape=self.shape)
+        except Exception as exc:  # noqa: BLE001 - the holder will look again
+            log.warning("re-execution of %s failed: %s", hop.key, exc)
+            return
+        state = await self.run_compute(self._compute_forward, hop, inputs)
+        self.stats["reexecuted"] += 1
+        self.stats["compute_s"] += state.compute_s
+        await self._backward(state, grad)
 
     def after_step(self, iteration: int) -> None:
         super().after_step(iteration)
         self.kept = {k: v for k, v in self.kept.items() if k[1] > iteration}
+        self.sent_to = {k: v for k, v in self.sent_to.items() if k[1] > iteration}
+        self.grad_sent = {k: v for k, v in self.grad_sent.items() if k[1] > iteration}
