@@ -25,6 +25,7 @@ from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
 from swarm.presence import Presence, make_record, measure_throughput
+from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
 from swarm.routing.live import LiveFlow
 from swarm.stage.server import StageServer
@@ -119,6 +120,7 @@ async def run_volunteer(
         throughput = await worker.run_compute(measure_throughput, worker.module, shape, device)
         if capacity is not None:
             throughput = min(throughput, capacity)  # the volunteer lends at most this much
+    origin = await download_state(node, worker, part, manifest.initiator)
     await worker.register()
     flow = await start_flow(node, manifest, part, throughput)
     await serve_stats(node, worker, flow)
@@ -130,7 +132,7 @@ async def run_volunteer(
     )  # fmt: skip
     await presence.start()
     on_ready(f"serving {'holder part' if part == HOLDER_PART else f'stage {part}'} of run {node.run_id} "
-             f"at {throughput:.1f} microbatches/s")  # fmt: skip
+             f"at {throughput:.1f} microbatches/s, from the {origin}")  # fmt: skip
     try:
         await stop.wait()
     finally:

@@ -66,6 +66,8 @@ class Replica:
         """End of iteration: average with the listed mates and take the optimizer step."""
         iteration = header.get("iteration")
         if iteration != self.iteration:
+            if isinstance(iteration, int) and isinstance(header.get("members"), list):
+                asyncio.ensure_future(self.resync([str(m) for m in header["members"]], iteration + 1))
             raise WireError(f"step for iteration {iteration!r}, this replica is at {self.iteration}")
         members = header.get("members")
         contributors = header.get("contributors")
@@ -98,6 +100,21 @@ class Replica:
                  "iteration": self.iteration}  # fmt: skip
         await self.run_compute(torch.save, state, buffer)
         return {"ok": True, "iteration": self.iteration, "part": self.part}, buffer.getvalue()
+
+    async def resync(self, members: list[str], target: int) -> None:
+        """We fell out of step (joined while the stage stepped): copy a mate once it reached `target`."""
+        for _ in range(30):
+            await asyncio.sleep(1.0)
+            for mate in members:
+                if mate == self.node.peer_id:
+                    continue
+                try:
+                    header, payload = await self.node.call(mate, "state", {"part": self.part}, timeout=600)
+                except Exception:  # noqa: BLE001 - try another mate
+                    continue
+                if header.get("iteration") == target:
+                    await self.run_compute(self.load_state, payload)
+                    return
 
     def load_state(self, payload: bytes) -> int:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)

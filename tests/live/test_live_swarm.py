@@ -233,3 +233,51 @@ def test_wrong_protocol_version_is_refused(live, tmp_path) -> None:
 
     code, err = asyncio.run(main())
     assert code != 0 and "speaks protocol version 999" in err and "Traceback" not in err, err
+
+
+def test_peer_joining_mid_run_equals_its_replicas(live, tmp_path) -> None:
+    """A volunteer that joins at iteration k copies a replica's state and then steps with it."""
+    log = open(tmp_path / "joiner.log", "w")
+    joiner = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "join", "--initial-peers", live["maddr"], "--run", RUN,
+         "--stage", "1", "--threads", "1", "--name", "late"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    joined_at = len(rows(live))
+    try:
+
+        async def compare(node):
+            for _ in range(240):
+                await asyncio.sleep(0.5)
+                records = await node.blocking(node.registry.get_stage_peers, 1)
+                late = [r.peer_id for r in records if r.name == "late" and r.state == "serving"]
+                if not late:
+                    continue
+                others = [r.peer_id for r in records if r.peer_id not in late]
+                head_a, blob_a = await node.call(late[0], "state", {"part": 1}, timeout=60)
+                head_b, blob_b = await node.call(others[0], "state", {"part": 1}, timeout=60)
+                if head_a["iteration"] != head_b["iteration"] or head_a["iteration"] < joined_at + 3:
+                    continue  # the stage stepped between the two reads, or too early: look again
+                import io
+
+                a = torch.load(io.BytesIO(blob_a), weights_only=True)
+                b = torch.load(io.BytesIO(blob_b), weights_only=True)
+                return head_a["iteration"], a, b
+            raise AssertionError((tmp_path / "joiner.log").read_text())
+
+        iteration, a, b = with_client(live, compare)
+        assert iteration >= joined_at + 3
+        for name, tensor in a["module"].items():
+            assert torch.equal(tensor, b["module"][name]), name  # bit-identical replicas
+        assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+        for key, entry in a["optimizer"]["state"].items():
+            assert torch.equal(entry["exp_avg"], b["optimizer"]["state"][key]["exp_avg"])
+    finally:
+        joiner.send_signal(signal.SIGINT)
+        try:
+            joiner.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(joiner.pid, signal.SIGKILL)
+            joiner.wait()
+        log.close()
+    assert "left the swarm cleanly" in (tmp_path / "joiner.log").read_text()
