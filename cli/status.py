@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from typing import Any
 
 import typer
@@ -37,6 +36,7 @@ def _finite(value: Any) -> Any:
 
 def read_status(initial_peers: list[str], run_id: str, timeout: float = STATUS_TIMEOUT) -> dict:
     """Join the DHT as a client, read run `run_id` and return its snapshot (UserError if unreachable)."""
+    from swarm.dashboard.records import read_run
     from swarm.registry import Registry, RegistryError, create_dht
     from swarm.registry.keys import check_run_id
     from swarm.registry.view import snapshot
@@ -52,15 +52,11 @@ def read_status(initial_peers: list[str], run_id: str, timeout: float = STATUS_T
     except RegistryError as exc:
         raise UserError(str(exc)) from None
     try:
-        registry = Registry(dht, run_id, timeout=timeout)
-        manifest = registry.get_manifest()
-        if manifest is None:
+        r = read_run(Registry(dht, run_id, timeout=timeout))
+        if r is None:
             raise UserError(f"no run {run_id!r} found on the DHT via {', '.join(initial_peers)}")
-        peers = registry.get_all_peers(manifest.num_stages)
-        progress = registry.get_progress()
-        flows = registry.get_flows(p.peer_id for recs in peers.values() for p in recs)
-        snap = snapshot(manifest, peers, progress, flows, registry.rejected)
-        snap["read_at"] = time.time()
+        snap = snapshot(r.manifest, r.peers, r.progress, r.flows, r.rejected)
+        snap["read_at"] = r.read_at
         return snap
     except RegistryError as exc:
         raise UserError(str(exc)) from None
