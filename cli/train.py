@@ -28,6 +28,24 @@ def _progress(console: Console) -> Progress:
     )
 
 
+def resumed_config(directory: str, cfg: TrainConfig) -> TrainConfig:
+    """The checkpointed run's options (same model, data stream and schedule); this call may change
+    only how long it runs and where."""
+    from dataclasses import fields
+
+    from swarm.recovery.checkpoints import read_progress
+
+    try:
+        saved = read_progress(directory)["train_config"]
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConfigError(f"cannot resume from {directory}: {exc}") from None
+    keep = {"iterations", "device", "run_id"}
+    known = {f.name for f in fields(TrainConfig)}
+    options = {k: v for k, v in saved.items() if k in known and k not in keep}
+    options["betas"] = tuple(options.get("betas", cfg.betas))
+    return TrainConfig(**{**cfg.to_dict(), **options, "model": directory})
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors(*USER_ERRORS)
@@ -60,6 +78,8 @@ def register(app: typer.Typer) -> None:
         log_dir: str = typer.Option("runs/local-swarm", help="Where --local-swarm peers write their logs."),
         threads: int = typer.Option(0, help="torch threads per process (0: default; 1 with --local-swarm)."),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
+        checkpoint_every: int = typer.Option(0, help="With --save: also save every N iterations."),
+        resume: str | None = typer.Option(None, help="Continue a run from this checkpoint directory."),
     ) -> None:
         """Start a training run (initiator). With --local: the single-process baseline."""
         cfg = TrainConfig(
@@ -75,25 +95,34 @@ def register(app: typer.Typer) -> None:
                 fail("--device cuda asked for, but torch sees no CUDA device")
         if local_swarm < 0 or holders < 1:
             fail("--local-swarm must be >= 0 and --holders >= 1")
+        if checkpoint_every < 0 or (checkpoint_every and not save):
+            fail("--checkpoint-every needs --save DIR and a positive N")
+        if resume:
+            cfg = resumed_config(resume, cfg)
         if not local:
             cfg.validate()
             from cli.swarm_train import train_swarm
 
             train_swarm(cfg, initial_peers=list(initial_peers), host=host, local_swarm=local_swarm,
                         holders=holders, log_dir=log_dir, threads=threads, verbose=verbose,
-                        save=save, metrics_out=metrics_out)  # fmt: skip
+                        save=save, metrics_out=metrics_out, resume=resume,
+                        checkpoint_every=checkpoint_every)  # fmt: skip
             return
         from swarm.trainer.local import LocalTrainer, train_local
 
         console = Console(stderr=True)
         trainer = LocalTrainer(cfg)  # every user error surfaces here, before the progress bar
+        if resume:
+            trainer.resume(resume)
         with _progress(console) as progress:
             task = progress.add_task("train", total=iterations, loss="-", tps="-")
 
             def show(m) -> None:
                 progress.update(task, advance=1, loss=f"{m.loss:.4f}", tps=f"{m.tokens_per_s:,.0f}")
 
-            history = train_local(trainer, save=save, metrics_out=metrics_out, on_iteration=show)
+            progress.update(task, completed=trainer.iteration)
+            history = train_local(trainer, save=save, metrics_out=metrics_out, on_iteration=show,
+                                  checkpoint_every=checkpoint_every)  # fmt: skip
         if history:
             first, last = history[0], history[-1]
             mean_tps = sum(m.tokens for m in history) / max(sum(m.seconds for m in history), 1e-9)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import save_checkpoint
 from models.data import open_source
 from models.presets import config_dict, config_from_dict
 from models.tokenizer import load_tokenizer
@@ -25,10 +24,12 @@ from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
 from swarm.presence import Presence, make_record, measure_throughput
+from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, read_progress, write_checkpoint
 from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
 from swarm.routing.live import LiveFlow
 from swarm.stage.server import StageServer
+from swarm.wire import WireError
 
 log = logging.getLogger(__name__)
 MANIFEST_TTL_S = 7 * 24 * 3600.0
@@ -142,11 +143,17 @@ async def run_volunteer(
 async def run_initiator(
     cfg: TrainConfig, node: SwarmNode, *, on_iteration: Callable[[SwarmIteration], None],
     status: Callable[[str], None], save: str | None, metrics_out: str | None,
+    resume: str | None = None, checkpoint_every: int = 0,
 ) -> list[SwarmIteration]:  # fmt: skip
-    """`swarm train`: publish the manifest, hold data, coordinate iterations, save the checkpoint."""
+    """`swarm train`: publish the manifest, hold data, coordinate iterations, save checkpoints."""
     manifest = build_manifest(cfg, node)
-    await node.blocking(node.registry.publish_manifest, manifest, MANIFEST_TTL_S)
     holder = DataHolder(node, manifest, device=cfg.device)
+    latest = {"dir": resume}
+    if resume:
+        holder.iteration = load_into(resume, holder.module, holder.optimizer, HOLDER_PART)
+        status(f"resuming from {resume} at iteration {holder.iteration}")
+    await serve_checkpoint_state(node, manifest, latest)
+    await node.blocking(node.registry.publish_manifest, manifest, MANIFEST_TTL_S)
     await holder.register()
     flow = await start_flow(node, manifest, HOLDER_PART, HOLDER_DEMAND)
     await serve_stats(node, holder, flow)
@@ -160,16 +167,18 @@ async def run_initiator(
     history: list[SwarmIteration] = []
     sink = open(metrics_out, "w") if metrics_out else None
     try:
-        for iteration in range(cfg.iterations):
+        for iteration in range(holder.iteration, cfg.iterations):
             await presence.refresh_view()
             metrics = await coordinator.run_iteration(iteration)
             history.append(metrics)
+            if save and checkpoint_every and (iteration + 1) % checkpoint_every == 0:
+                latest["dir"] = str(await save_swarm_checkpoint(coordinator, holder, manifest, save))
             await publish_progress(node, metrics, history)
             if sink:
                 sink.write(json.dumps(metrics.to_json()) + "\n")
                 sink.flush()
             on_iteration(metrics)
-        if save:
+        if save and (not history or history[-1].iteration + 1 != latest_iteration(latest)):
             await save_swarm_checkpoint(coordinator, holder, manifest, save)
     finally:
         if sink:
@@ -206,7 +215,7 @@ async def save_swarm_checkpoint(
     config = config_from_dict(manifest.model_config)
     states = await coordinator.fetch_states()
     full: dict[str, torch.Tensor] = {}
-    optimizers = {"holder": holder.optimizer.state_dict()}
+    optimizers = {part_key(HOLDER_PART): holder.optimizer.state_dict()}
     for stage, payload in sorted(states.items()):
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
         start, end = manifest.layout[stage]
@@ -214,10 +223,35 @@ async def save_swarm_checkpoint(
             shell = StageModule(config, StageSpec(stage, start, end))
         for local, tensor in state["module"].items():
             full[shell.full_name(local)] = tensor.contiguous()
-        optimizers[f"stage{stage}"] = state["optimizer"]
+        optimizers[part_key(stage)] = state["optimizer"]
     for local, tensor in holder.module.state_dict().items():
         full[holder.module.full_name(local)] = tensor.detach().cpu().contiguous()
     extra = {"iteration": holder.iteration, "train_config": manifest.train, "data_id": manifest.data_id}
-    path = save_checkpoint(directory, config, full, extra)
-    torch.save(optimizers, path / "optimizer.pt")
-    return path
+    return write_checkpoint(directory, config, full, optimizers, extra)
+
+
+def latest_iteration(latest: dict) -> int | None:
+    return read_progress(latest["dir"])["iteration"] if latest.get("dir") else None
+
+
+async def serve_checkpoint_state(node: SwarmNode, manifest, latest: dict) -> None:
+    """`checkpoint_state`: a stage's state from the latest checkpoint, for a peer restoring a stage
+    that lost every replica (or every peer of a resumed run)."""
+    from models.partition import StageSpec
+    from models.staged import HolderPart, StageModule
+
+    config = config_from_dict(manifest.model_config)
+
+    async def on_checkpoint_state(header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        part = header.get("part")
+        if not isinstance(part, int) or not -1 <= part < len(manifest.layout):
+            raise WireError(f"no part {part!r} in this run")
+        if not latest.get("dir"):
+            raise WireError("this run has no checkpoint yet")
+        with torch.device("meta"):
+            shell = HolderPart(config) if part == HOLDER_PART else StageModule(
+                config, StageSpec(part, *manifest.layout[part]))  # fmt: skip
+        iteration, blob = await node.blocking(part_state_blob, latest["dir"], shell, part)
+        return {"ok": True, "part": part, "iteration": iteration}, blob
+
+    await node.rpc.add("checkpoint_state", on_checkpoint_state)

@@ -30,7 +30,12 @@ async def download_state(node, worker, part: int, initiator: str | None) -> str:
         try:
             header, payload = await node.call(initiator, "checkpoint_state", {"part": part}, timeout=600)
             worker.load_state(payload)
-            return f"latest checkpoint, iteration {worker.iteration}"
+            saved = worker.iteration
+            # the rest of the swarm may be further on: serve its current iteration with the
+            # checkpointed weights (what losing every replica of a stage costs)
+            holders = await node.blocking(node.registry.get_stage_peers, -1)
+            worker.iteration = max([saved, *(r.iteration for r in holders if r.state == "serving")])
+            return f"latest checkpoint (iteration {saved}), serving iteration {worker.iteration}"
         except Exception as exc:  # noqa: BLE001 - no checkpoint yet: the seed is the state
             log.info("no checkpoint state: %s", exc)
     return "initial state from the run's seed"

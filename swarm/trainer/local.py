@@ -15,12 +15,13 @@ from pathlib import Path
 
 import torch
 
-from models.checkpoint import full_state_dict, save_checkpoint
+from models.checkpoint import full_state_dict
 from models.data import DataStream, open_source
 from models.randomness import EMBED_STAGE, seeded
 from models.staged import HolderPart, StageModule, build_holder, build_stage
 from models.tokenizer import load_tokenizer
 from swarm.config import ConfigError, TrainConfig
+from swarm.recovery.checkpoints import load_into, part_key, write_checkpoint
 from swarm.trainer.optim import make_optimizer
 
 
@@ -106,15 +107,19 @@ class LocalTrainer:
 
     def save(self, directory: str | Path) -> Path:
         """A full checkpoint that `AutoModelForCausalLM.from_pretrained` loads, plus optimizer state."""
-        state = full_state_dict(self.parts)
         extra = {
             "iteration": self.iteration,
             "train_config": self.cfg.to_dict(),
             "data_id": self.stream.source.id,
         }
-        path = save_checkpoint(directory, self.config, state, extra)
-        torch.save([opt.state_dict() for opt in self.optimizers], path / "optimizer.pt")
-        return path
+        optimizers = {part_key(i - 1): opt.state_dict() for i, opt in enumerate(self.optimizers)}
+        return write_checkpoint(directory, self.config, full_state_dict(self.parts), optimizers, extra)
+
+    def resume(self, directory: str | Path) -> int:
+        """Continue from a checkpoint: parameters, optimizer states and the data position."""
+        for index, (part, opt) in enumerate(zip(self.parts, self.optimizers)):
+            self.iteration = load_into(directory, part, opt, index - 1)
+        return self.iteration
 
 
 def train_local(
@@ -122,15 +127,18 @@ def train_local(
     save: str | None = None,
     metrics_out: str | None = None,
     on_iteration: Callable[[IterationMetrics], None] | None = None,
+    checkpoint_every: int = 0,
 ) -> list[IterationMetrics]:
-    """Run the baseline for `cfg.iterations`, writing JSON-lines metrics and the final checkpoint."""
+    """Train until iteration `cfg.iterations`, writing JSON-lines metrics and checkpoints."""
     trainer = cfg if isinstance(cfg, LocalTrainer) else LocalTrainer(cfg)
     cfg = trainer.cfg
     history = []
     sink = open(metrics_out, "w") if metrics_out else None
     try:
-        for metrics in trainer.run(cfg.iterations):
+        for metrics in trainer.run(max(0, cfg.iterations - trainer.iteration)):
             history.append(metrics)
+            if save and checkpoint_every and trainer.iteration % checkpoint_every == 0:
+                trainer.save(save)
             if sink:
                 sink.write(json.dumps(metrics.to_json()) + "\n")
                 sink.flush()
