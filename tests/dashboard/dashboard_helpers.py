@@ -184,7 +184,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def kill_tree(proc: subprocess.Popen, grace: float = 10.0) -> set[int]:
+def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
     """SIGTERM the process group, then SIGKILL what is left; returns pids still alive (should be none)."""
     tree = descendants(proc.pid) | {proc.pid}
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
