@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import bench, bench_live, join, sim, status, train
+from cli import bench, bench_live, dashboard, join, sim, status, train
 
 app = typer.Typer(
     name="swarm",
@@ -18,6 +18,7 @@ del bench_live  # registers its commands on bench_app
 train.register(app)
 join.register(app)
 status.register(app)
+dashboard.register(app)
 sim.register(app)
 
 

@@ -47,7 +47,7 @@ def train_swarm(
             fail(f"cannot start or reach the DHT ({', '.join(initial_peers) or 'new swarm'}): {exc}")
         maddrs = node.maddrs()
         console.print(f"[bold]swarm train[/]: volunteers join with  swarm join --run {cfg.run_id} "
-                      f"--initial-peers {maddrs[0]}")  # fmt: skip
+                      f"--initial-peers {maddrs[0]}", soft_wrap=True)  # fmt: skip
         rows: list = []
         state = {"status": "starting"}
         try:

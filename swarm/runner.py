@@ -164,6 +164,11 @@ async def run_initiator(
     )  # fmt: skip
     await presence.start()
     coordinator = Coordinator(node, holder, manifest, status=status)
+
+    async def report_crash(peer: str, stage: int) -> None:
+        await presence.event("crash", "did not answer before the step", peer=peer, stage=stage)
+
+    coordinator.on_crash = report_crash
     history: list[SwarmIteration] = []
     sink = open(metrics_out, "w") if metrics_out else None
     try:

@@ -33,6 +33,7 @@ class SwarmIteration:
     reexecuted: int = 0
     gradients_lost: int = 0
     wasted_compute_s: float = 0.0
+    slowest_stage_mb_s: float = 0.0
 
     def to_json(self) -> dict:
         return {
@@ -41,8 +42,13 @@ class SwarmIteration:
             "tokens_per_s": round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0,
             "rerouted": self.rerouted, "reexecuted": self.reexecuted, "gradients_lost": self.gradients_lost,
             "wasted_compute_s": round(self.wasted_compute_s, 4),
+            "slowest_stage_mb_s": round(self.slowest_stage_mb_s, 3),
             "carried": {str(s): c for s, c in self.per_stage.items()},
         }  # fmt: skip
+
+
+async def _no_crash_report(peer: str, stage: int) -> None:
+    return None
 
 
 class Coordinator:
@@ -50,6 +56,9 @@ class Coordinator:
         self.node, self.holder, self.manifest = node, holder, manifest
         self.stages = len(manifest.layout)
         self.status = status
+        self.capacity: dict[int, float] = {}  # stage -> measured microbatches/s of its serving peers
+        self.reported_dead: set[str] = set()
+        self.on_crash = _no_crash_report
 
     async def stage_members(self) -> dict[int, list[str]]:
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
@@ -97,8 +106,8 @@ class Coordinator:
                 for stage, hop_peer in enumerate(mb["path"][1:]):
                     carried[stage][hop_peer] += 1
         members = await self.stage_members()
-        everyone = sorted({p for s in range(self.stages) for p in set(members.get(s, [])) | set(carried[s])})
-        alive = await self.alive(everyone)
+        stage_of = {p: s for s in range(self.stages) for p in set(members.get(s, [])) | set(carried[s])}
+        alive = await self.alive(stage_of)
         calls = []
         lost = 0
         for stage in range(self.stages):
@@ -129,9 +138,10 @@ class Coordinator:
             rerouted=hop_rerouted + sum(int(r.get("rerouted", 0)) for r in results),
             reexecuted=sum(int(r.get("reexecuted", 0)) for r in results), gradients_lost=lost,
             wasted_compute_s=sum(float(r.get("wasted_compute_s", 0.0)) for r in results),
+            slowest_stage_mb_s=min(self.capacity.values(), default=0.0),
         )  # fmt: skip
 
-    async def alive(self, peers: list[str]) -> set[str]:
+    async def alive(self, stage_of: dict[str, int]) -> set[str]:
         """The peers that answer a short ping: a crashed replica is left out of the step."""
 
         async def ping(peer: str) -> str | None:
@@ -143,7 +153,12 @@ class Coordinator:
             except Exception:  # noqa: BLE001 - no answer: treat as crashed
                 return None
 
-        return {p for p in await asyncio.gather(*(ping(p) for p in peers)) if p is not None}
+        peers = sorted(stage_of)
+        alive = {p for p in await asyncio.gather(*(ping(p) for p in peers)) if p is not None}
+        for peer in sorted(set(peers) - alive - self.reported_dead):
+            self.reported_dead.add(peer)
+            await self.on_crash(peer, stage_of[peer])
+        return alive
 
     async def _step(
         self, peer: str, iteration: int, members: list[str], contributors: dict[str, int]
