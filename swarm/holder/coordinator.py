@@ -62,9 +62,9 @@ class Coordinator:
 
     async def stage_members(self) -> dict[int, list[str]]:
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
-        return {
-            s: sorted(r.peer_id for r in peers.get(s, []) if r.state == "serving") for s in range(self.stages)
-        }
+        serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(self.stages)}
+        self.capacity = {s: sum(r.throughput for r in recs) for s, recs in serving.items()}
+        return {s: sorted(r.peer_id for r in recs) for s, recs in serving.items()}
 
     async def holders(self) -> list[str]:
         records = await self.node.blocking(self.node.registry.get_stage_peers, HOLDER_PART)
