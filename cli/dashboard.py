@@ -58,19 +58,3 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Serve a live, read-only web dashboard of the run: page, /api/v1/state and /metrics."""
         serve(initial_peers, run, host, port, interval)
-
-
-def _standalone() -> typer.Typer:
-    """`python -m cli.dashboard dashboard ...` until cli/main.py registers the command."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        """swarm dashboard (standalone)."""
-
-    register(app)
-    return app
-
-
-if __name__ == "__main__":
-    _standalone()()

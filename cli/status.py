@@ -134,19 +134,3 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(_finite(snap), indent=2, sort_keys=True))
         else:
             render(snap, Console())
-
-
-def _standalone() -> typer.Typer:
-    """`python -m cli.status status ...` until cli/main.py registers the command."""
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-
-    @app.callback()
-    def _root() -> None:
-        """swarm status (standalone)."""
-
-    register(app)
-    return app
-
-
-if __name__ == "__main__":
-    _standalone()()

@@ -260,6 +260,6 @@ def maddr_of(proc: subprocess.Popen, timeout: float = 90.0) -> str:
 
 def dashboard(procs: Procs, name: str, maddr: str, run: str = "swarm") -> str:
     port = free_port()
-    args = ["cli.dashboard", "dashboard", "--initial-peers", maddr, "--run", run]
+    args = ["cli.main", "dashboard", "--initial-peers", maddr, "--run", run]
     procs.start(name, [*args, "--port", str(port), "--interval", "1"])
     return f"http://127.0.0.1:{port}"

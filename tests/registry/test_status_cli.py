@@ -17,7 +17,7 @@ UNREACHABLE = "/ip4/127.0.0.1/tcp/9/p2p/QmVFGdDFRSRcj61ngbLYiXKsaLbU7MyzYWELdLGN
 
 def status(*args: str) -> subprocess.CompletedProcess:
     # cli.main registers the command once the lead wires it in; the module also runs standalone.
-    cmd = [sys.executable, "-m", "cli.status", "status", *args]
+    cmd = [sys.executable, "-m", "cli.main", "status", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=90)
 
 
