@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import typer
+
 
 def setup_logging(verbose: bool) -> None:
     logging.basicConfig(
@@ -36,7 +38,27 @@ def run_async(main, threads: int | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
         return await main(stop)
 
-    return uvloop.run(wrapper())
+    try:
+        uvloop.run(wrapper())
+    except typer.Exit as exc:
+        _exit_now(exc.exit_code)
+    except KeyboardInterrupt:
+        _exit_now(130)
+    except Exception as exc:  # noqa: BLE001 - one clear line, the details in the log
+        logging.getLogger("swarm").debug("fatal", exc_info=True)
+        typer.secho(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+                    fg=typer.colors.RED, err=True)  # fmt: skip
+        _exit_now(1)
+    _exit_now(0)
+
+
+def _exit_now(code: int) -> None:
+    """Leave without waiting on threads: our peers, daemons and children are already shut down,
+    and hivemind's client threads can keep an exiting interpreter alive (seen: a finished run
+    spinning for minutes). Nothing is left to clean up at this point."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class LocalSwarm:

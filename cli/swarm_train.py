@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -90,4 +89,3 @@ def train_swarm(
                           + (f", checkpoint in {save}" if save else ""))  # fmt: skip
 
     run_async(main, threads or (1 if children else None))
-    raise typer.Exit(0)
