@@ -16,12 +16,23 @@ from swarm.config import TrainConfig
 
 def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
     table = Table(title=f"run {cfg.run_id}: {cfg.model}, {cfg.stages} stages", expand=False)
-    for col in ("iteration", "loss", "tokens/s", "s/iter", "peers", "carried per stage", "rerouted"):
+    for col in (
+        "iteration",
+        "loss",
+        "tokens/s",
+        "s/iter",
+        "peers",
+        "carried per stage",
+        "bottleneck",
+        "rerouted",
+        "re-executed",
+    ):
         table.add_column(col)
     for m in rows[-8:]:
         carried = " | ".join(",".join(str(c) for c in m.per_stage[s].values()) for s in sorted(m.per_stage))
         table.add_row(str(m.iteration), f"{m.loss:.4f}", f"{m.tokens / m.seconds:,.0f}", f"{m.seconds:.2f}",
-                      str(m.peers), carried, str(m.rerouted))  # fmt: skip
+                      str(m.peers), carried, f"stage {m.bottleneck_stage}", str(m.rerouted),
+                      str(m.reexecuted))  # fmt: skip
     table.caption = status
     return table
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 
 from swarm import PROTOCOL_VERSION, __version__
@@ -153,6 +154,18 @@ class Presence:
             await self.node.blocking(self.node.registry.withdraw_peer, self.node.peer_id, self.record.stage)
         except Exception as exc:  # noqa: BLE001 - the TTL removes it anyway
             log.warning("withdraw failed: %s", exc)
+
+
+def free_memory(device: str) -> int:
+    """Bytes free where this peer keeps its stage: the GPU's memory, or the host's available RAM."""
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def measure_throughput(module, shape: list[int], device: str, repeats: int = 2) -> float:

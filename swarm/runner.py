@@ -23,7 +23,7 @@ from swarm.config import TrainConfig
 from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
-from swarm.presence import Presence, make_record, measure_throughput
+from swarm.presence import Presence, free_memory, make_record, measure_throughput
 from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, read_progress, write_checkpoint
 from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
@@ -127,8 +127,8 @@ async def run_volunteer(
     await serve_stats(node, worker, flow)
     presence = Presence(
         node,
-        make_record(node, role=role, stage=part, blocks=blocks, throughput=throughput, free_memory=0,
-                    region=region, name=name),
+        make_record(node, role=role, stage=part, blocks=blocks, throughput=throughput,
+                    free_memory=free_memory(device), region=region, name=name),
         worker.hops, stages, iteration_of=lambda: worker.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()
@@ -159,7 +159,7 @@ async def run_initiator(
     await serve_stats(node, holder, flow)
     presence = Presence(
         node, make_record(node, role="holder", stage=HOLDER_PART, blocks=(0, 0), throughput=HOLDER_DEMAND,
-                          free_memory=0, region="", name="initiator"),
+                          free_memory=free_memory(cfg.device), region="", name="initiator"),
         holder.hops, len(manifest.layout), iteration_of=lambda: holder.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()

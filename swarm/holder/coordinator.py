@@ -34,6 +34,7 @@ class SwarmIteration:
     gradients_lost: int = 0
     wasted_compute_s: float = 0.0
     slowest_stage_mb_s: float = 0.0
+    bottleneck_stage: int = 0
 
     def to_json(self) -> dict:
         return {
@@ -43,6 +44,7 @@ class SwarmIteration:
             "rerouted": self.rerouted, "reexecuted": self.reexecuted, "gradients_lost": self.gradients_lost,
             "wasted_compute_s": round(self.wasted_compute_s, 4),
             "slowest_stage_mb_s": round(self.slowest_stage_mb_s, 3),
+            "bottleneck_stage": self.bottleneck_stage,
             "carried": {str(s): c for s, c in self.per_stage.items()},
         }  # fmt: skip
 
@@ -139,6 +141,7 @@ class Coordinator:
             reexecuted=sum(int(r.get("reexecuted", 0)) for r in results), gradients_lost=lost,
             wasted_compute_s=sum(float(r.get("wasted_compute_s", 0.0)) for r in results),
             slowest_stage_mb_s=min(self.capacity.values(), default=0.0),
+            bottleneck_stage=min(self.capacity, key=lambda s: (self.capacity[s], s), default=0),
         )  # fmt: skip
 
     async def alive(self, stage_of: dict[str, int]) -> set[str]:
