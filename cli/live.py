@@ -53,12 +53,39 @@ def run_async(main, threads: int | None = None) -> None:
 
 
 def _exit_now(code: int) -> None:
-    """Leave without waiting on threads: our peers, daemons and children are already shut down,
-    and hivemind's client threads can keep an exiting interpreter alive (seen: a finished run
-    spinning for minutes). Nothing is left to clean up at this point."""
+    """Leave without waiting on threads: hivemind's client threads can keep an exiting interpreter
+    alive (seen: a finished run spinning for minutes). Our peers were shut down already; whatever
+    they left (a p2pd whose DHT process was terminated the hard way) goes with us."""
     sys.stdout.flush()
     sys.stderr.flush()
+    for pid in _descendants(os.getpid()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     os._exit(code)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` (Linux /proc); empty where /proc is not available."""
+    children: dict[int, list[int]] = {}
+    try:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as fh:
+                        ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(ppid, []).append(int(entry))
+    except OSError:
+        return []
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
 
 
 class LocalSwarm:

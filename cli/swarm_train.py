@@ -82,7 +82,8 @@ def train_swarm(
 
                 train = asyncio.create_task(run_initiator(cfg, node, on_iteration=on_iteration, status=status,
                                                           save=save, metrics_out=metrics_out, resume=resume,
-                                                          checkpoint_every=checkpoint_every))  # fmt: skip
+                                                          checkpoint_every=checkpoint_every,
+                                                          min_holders=holders))  # fmt: skip
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({train, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if train not in done:

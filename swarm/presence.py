@@ -31,7 +31,7 @@ def make_record(
     return PeerRecord(
         peer_id=node.peer_id, role=role, stage=stage, blocks=tuple(blocks), throughput=float(throughput),
         capacity=float(throughput), free_memory=int(free_memory), region=region, version=__version__,
-        protocol_version=PROTOCOL_VERSION, addresses=tuple(node.maddrs()[:4]), joined_at=node.started_at,
+        protocol_version=PROTOCOL_VERSION, addresses=tuple(node.advertised()), joined_at=node.started_at,
         state=state, iteration=0, name=name,
     )  # fmt: skip
 
@@ -94,6 +94,9 @@ class Presence:
         """Re-read the stages around us: next-hop candidates and the routing agent's neighbours."""
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
         serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(-1, self.stages)}
+        for records in serving.values():
+            for r in records:
+                self.node.learn_addresses(r.peer_id, r.addresses)
         if self.next_stage < self.stages:
             self.hops.set_stage_peers(
                 self.next_stage, {r.peer_id: r.capacity for r in serving[self.next_stage]}

@@ -143,7 +143,7 @@ async def run_volunteer(
 async def run_initiator(
     cfg: TrainConfig, node: SwarmNode, *, on_iteration: Callable[[SwarmIteration], None],
     status: Callable[[str], None], save: str | None, metrics_out: str | None,
-    resume: str | None = None, checkpoint_every: int = 0,
+    resume: str | None = None, checkpoint_every: int = 0, min_holders: int = 1,
 ) -> list[SwarmIteration]:  # fmt: skip
     """`swarm train`: publish the manifest, hold data, coordinate iterations, save checkpoints."""
     manifest = build_manifest(cfg, node)
@@ -163,7 +163,7 @@ async def run_initiator(
         holder.hops, len(manifest.layout), iteration_of=lambda: holder.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()
-    coordinator = Coordinator(node, holder, manifest, status=status)
+    coordinator = Coordinator(node, holder, manifest, status=status, min_holders=min_holders)
 
     async def report_crash(peer: str, stage: int) -> None:
         await presence.event("crash", "did not answer before the step", peer=peer, stage=stage)

@@ -54,12 +54,14 @@ async def _no_crash_report(peer: str, stage: int) -> None:
 
 
 class Coordinator:
-    def __init__(self, node: SwarmNode, holder: DataHolder, manifest, status=lambda text: None):
+    def __init__(self, node: SwarmNode, holder: DataHolder, manifest, status=lambda text: None,
+                 min_holders: int = 1):  # fmt: skip
         self.node, self.holder, self.manifest = node, holder, manifest
         self.stages = len(manifest.layout)
         self.status = status
         self.capacity: dict[int, float] = {}  # stage -> measured microbatches/s of its serving peers
         self.reported_dead: set[str] = set()
+        self.min_holders = min_holders
         self.on_crash = _no_crash_report
 
     async def stage_members(self) -> dict[int, list[str]]:
@@ -74,13 +76,19 @@ class Coordinator:
         return [self.node.peer_id, *others]
 
     async def wait_for_stages(self, poll_s: float = 1.0) -> dict[int, list[str]]:
-        """Block until every stage has a serving peer, saying which ones are missing."""
+        """Block until every stage has a serving peer (and, before the first iteration, until the
+        expected data holders are there), saying what is missing."""
         while True:
             members = await self.stage_members()
             missing = [s for s, peers in members.items() if not peers]
-            if not missing:
+            holders = len(await self.holders())
+            if not missing and holders >= self.min_holders:
+                self.min_holders = 1  # later iterations go on with whoever holds data
                 return members
-            self.status(f"waiting for a peer to serve stage(s) {missing}")
+            if missing:
+                self.status(f"waiting for a peer to serve stage(s) {missing}")
+            else:
+                self.status(f"waiting for data holders: {holders} of {self.min_holders} here")
             await asyncio.sleep(poll_s)
 
     async def run_iteration(self, iteration: int) -> SwarmIteration:

@@ -36,25 +36,20 @@ class RpcServer:
         self.bytes_in = 0
         self.bytes_out = 0
         self.bytes_in_by: dict[str, dict[str, int]] = {}  # handler -> sender -> payload bytes
+        self.handlers: dict[str, Handler] = {}
 
     async def add(self, name: str, handler: Handler) -> None:
+        self.handlers[name] = handler
+
         async def on_stream(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
                 try:
                     header, payload = await read_frame(reader, self.max_payload)
-                    self.bytes_in += len(payload)
-                    by = self.bytes_in_by.setdefault(name, {})
-                    sender = info.peer_id.to_base58()
-                    by[sender] = by.get(sender, 0) + len(payload)
-                    reply, out = await handler(header, payload, info.peer_id)
-                    self.served[name] = self.served.get(name, 0) + 1
-                except (ValueError, FrameError) as exc:
+                except FrameError as exc:
                     self.refused[name] = self.refused.get(name, 0) + 1
                     reply, out = {"error": str(exc)[:1000]}, b""
-                except Exception as exc:  # noqa: BLE001 - a peer must survive its own bugs
-                    log.exception("handler %s failed", name)
-                    reply, out = {"error": f"internal error: {type(exc).__name__}: {exc}"[:1000]}, b""
-                self.bytes_out += len(out)
+                else:
+                    reply, out = await self.process(name, header, payload, info.peer_id)
                 await write_frame(writer, reply, out)
                 # Closing our end at once can reset the libp2p stream before the daemon has
                 # delivered the reply; the caller closes first once it has read it.
@@ -68,6 +63,26 @@ class RpcServer:
                 writer.close()
 
         await self.p2p.add_binary_stream_handler(f"{self.prefix}.{name}", on_stream)
+
+    async def process(self, name: str, header: dict, payload: bytes, sender: PeerID) -> tuple[dict, bytes]:
+        """Run one request through its handler; bad input becomes an error reply, never a crash."""
+        handler = self.handlers.get(name)
+        try:
+            if handler is None:
+                raise ValueError(f"no handler {name!r}")
+            self.bytes_in += len(payload)
+            by = self.bytes_in_by.setdefault(name, {})
+            by[sender.to_base58()] = by.get(sender.to_base58(), 0) + len(payload)
+            reply, out = await handler(header, payload, sender)
+            self.served[name] = self.served.get(name, 0) + 1
+        except ValueError as exc:
+            self.refused[name] = self.refused.get(name, 0) + 1
+            reply, out = {"error": str(exc)[:1000]}, b""
+        except Exception as exc:  # noqa: BLE001 - a peer must survive its own bugs
+            log.exception("handler %s failed", name)
+            reply, out = {"error": f"internal error: {type(exc).__name__}: {exc}"[:1000]}, b""
+        self.bytes_out += len(out)
+        return reply, out
 
 
 async def call(

@@ -21,8 +21,9 @@ def run_swarm(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def p2pd_count() -> int:
-    out = subprocess.run(["pgrep", "-c", "-x", "p2pd"], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
+    """p2pd daemons started from this environment's hivemind (another checkout's runs don't count)."""
+    out = subprocess.run(["pgrep", "-a", "-x", "p2pd"], capture_output=True, text=True)
+    return sum(sys.prefix in line for line in out.stdout.splitlines())
 
 
 def wait_no_p2pd(before: int, timeout: float = 20.0) -> int:
