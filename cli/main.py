@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli import bench, bench_live, dashboard, join, sim, status, train
+from cli import bench, bench_churn, bench_live, dashboard, join, sim, status, train
 
 app = typer.Typer(
     name="swarm",
@@ -14,7 +14,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(bench.bench_app, name="bench")
-del bench_live  # registers its commands on bench_app
+del bench_live, bench_churn  # they register their commands on bench_app
 train.register(app)
 join.register(app)
 status.register(app)

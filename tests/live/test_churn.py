@@ -83,3 +83,14 @@ def test_crash_in_forward_and_backward_keeps_parity(swarm_cli, tmp_path) -> None
     for name in a_w:
         assert torch.allclose(a_w[name], b_w[name], rtol=1e-4, atol=1e-5), name
     assert wait_no_p2pd(before) <= before
+
+
+def test_random_kills_lose_no_microbatch(swarm_cli) -> None:
+    """`swarm bench churn`: seeded SIGKILLs anywhere in the run (never a stage's last replica),
+    replacements join; every iteration completes with all its microbatches."""
+    result = swarm_cli("bench", "churn", "--json", "--iterations", "8", "--volunteers", "6", "--seed", "2")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["iterations_completed"] == 8 and figures["kills"] >= 1 and figures["joins"] >= 1
+    assert figures["microbatches_lost"] == 0
+    assert abs(figures["final_loss_ratio"] - 1.0) < 0.1
