@@ -27,6 +27,7 @@ from swarm.presence import Presence, free_memory, make_record, measure_throughpu
 from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, read_progress, write_checkpoint
 from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
+from swarm.registry.view import bottleneck_stage
 from swarm.routing.live import LiveFlow
 from swarm.stage.server import StageServer
 from swarm.wire import WireError
@@ -92,10 +93,14 @@ async def wait_manifest(node: SwarmNode, timeout: float) -> Manifest:
 
 
 async def choose_stage(node: SwarmNode, stages: int) -> int:
-    """The stage with the least published capacity (the swarm's bottleneck); ties go to the lowest."""
+    """The stage where the flow is short: the routing engine's bottleneck (least spare capacity in
+    the peers' flow records), or the least published capacity before routing has run."""
     peers = await node.blocking(node.registry.get_all_peers, stages)
-    capacity = {s: sum(r.capacity for r in peers.get(s, []) if r.state == "serving") for s in range(stages)}
-    return min(range(stages), key=lambda s: (capacity[s], s))
+    serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(stages)}
+    ids = [r.peer_id for recs in serving.values() for r in recs]
+    flows = await node.blocking(node.registry.get_flows, ids) if ids else {}
+    stage = bottleneck_stage(serving, stages, flows)
+    return 0 if stage is None else stage
 
 
 async def run_volunteer(

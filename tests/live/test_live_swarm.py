@@ -281,3 +281,28 @@ def test_peer_joining_mid_run_equals_its_replicas(live, tmp_path) -> None:
             joiner.wait()
         log.close()
     assert "left the swarm cleanly" in (tmp_path / "joiner.log").read_text()
+
+
+def test_auto_stage_joins_the_bottleneck(live, tmp_path) -> None:
+    """`--stage auto` picks where the flow is short: never stage 0, which already has two replicas."""
+    log_path = tmp_path / "auto.log"
+    log = open(log_path, "w")
+    joiner = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "join", "--initial-peers", live["maddr"], "--run", RUN,
+         "--stage", "auto", "--threads", "1"],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while "serving stage" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        found = re.search(r"serving stage (\d+)", log_path.read_text())
+        assert found and int(found.group(1)) in (1, 2), log_path.read_text()
+    finally:
+        joiner.send_signal(signal.SIGINT)
+        try:
+            joiner.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(joiner.pid, signal.SIGKILL)
+            joiner.wait()
+        log.close()
