@@ -52,7 +52,8 @@ def test_loss_and_reordering(stages: int, per_stage: int, holders: int, seed: in
     inst = random_instance(stages * per_stage, stages, holders, seed)
     bus = MessageBus(inst, seed=seed, delay=(0.001, 0.2), loss=loss)
     converge(bus)
-    assert bus.stats.dropped > 0 or bus.stats.messages < 20
+    # the loss must have been exercised wherever it all but surely happened (p(no drop) < 1e-8)
+    assert bus.stats.dropped > 0 or bus.stats.messages * loss < 20
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
 
 
