@@ -88,6 +88,17 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
+def _die_with_parent() -> None:
+    """In a local-swarm child: get SIGTERM when the initiator dies, however it dies (Linux), so a
+    killed initiator never leaves volunteers (and their p2pd daemons) behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class LocalSwarm:
     """Volunteer processes on loopback beside the initiator (the embedded demo and the tests)."""
 
@@ -101,7 +112,7 @@ class LocalSwarm:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "join", *args], stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         self.procs.append(proc)
         return proc

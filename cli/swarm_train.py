@@ -89,6 +89,7 @@ def train_swarm(
                 if train not in done:
                     train.cancel()
                     console.print("interrupted: stopping the run")
+                    await asyncio.wait({train}, timeout=30)  # let it withdraw while the DHT is up
                 else:
                     stopper.cancel()
                     train.result()

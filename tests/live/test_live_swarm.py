@@ -57,11 +57,11 @@ def live(tmp_path_factory):
     finally:
         proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(60)
+            proc.wait(120)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # its volunteers follow it (parent-death signal)
             proc.wait()
-        assert wait_no_p2pd(before) <= before, "the swarm left p2pd daemons running"
+        assert wait_no_p2pd(before, timeout=60) <= before, "the swarm left p2pd daemons running"
 
 
 def rows(live) -> list[dict]:
