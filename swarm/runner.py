@@ -92,15 +92,25 @@ async def wait_manifest(node: SwarmNode, timeout: float) -> Manifest:
         await asyncio.sleep(1.0)
 
 
-async def choose_stage(node: SwarmNode, stages: int) -> int:
+async def choose_stage(node: SwarmNode, stages: int) -> tuple[int, str]:
     """The stage where the flow is short: the routing engine's bottleneck (least spare capacity in
-    the peers' flow records), or the least published capacity before routing has run."""
+    the peers' flow records), or the least published capacity before routing has run. Returns the
+    stage and the figures it was chosen on (for the log)."""
     peers = await node.blocking(node.registry.get_all_peers, stages)
     serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(stages)}
     ids = [r.peer_id for recs in serving.values() for r in recs]
     flows = await node.blocking(node.registry.get_flows, ids) if ids else {}
     stage = bottleneck_stage(serving, stages, flows)
-    return 0 if stage is None else stage
+    spare = {
+        s: sum(flows[r.peer_id].spare for r in recs if r.peer_id in flows) for s, recs in serving.items()
+    }
+    capacity = {s: sum(r.capacity for r in recs) for s, recs in serving.items()}
+    why = f"capacity per stage {_rounded(capacity)}, spare per stage {_rounded(spare)}"
+    return (0 if stage is None else stage), why
+
+
+def _rounded(values: dict[int, float]) -> dict[int, float]:
+    return {k: round(v, 1) for k, v in values.items()}
 
 
 async def run_volunteer(
@@ -117,7 +127,8 @@ async def run_volunteer(
         throughput = HOLDER_DEMAND
     else:
         if stage is None:
-            stage = await choose_stage(node, stages)
+            stage, why = await choose_stage(node, stages)
+            on_ready(f"joining stage {stage}, the bottleneck ({why})")
         if not 0 <= stage < stages:
             raise JoinError(f"--stage {stage} outside 0..{stages - 1}")
         worker = StageServer(node, manifest, stage, device=device)
