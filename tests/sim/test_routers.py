@@ -3,15 +3,12 @@ microbatch, and the oracle is not beaten beyond noise."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 from conftest import small
 
 from swarm.sim import compare, simulate
 
-HAVE_SWARM = importlib.util.find_spec("swarm.flow.baseline") is not None
-ROUTERS = ["gwtf", "oracle", *(["swarm"] if HAVE_SWARM else [])]
+ROUTERS = ["gwtf", "oracle", "swarm"]
 
 
 def homogeneous():
@@ -40,7 +37,6 @@ def test_homogeneous_no_churn_planned_routers_agree() -> None:
     "peers; SWARM's least-busy spreading beats the plan on a homogeneous LAN",
     strict=False,
 )
-@pytest.mark.skipif(not HAVE_SWARM, reason="swarm/flow/baseline.py not there")
 def test_homogeneous_no_churn_oracle_is_not_beaten_by_swarm() -> None:
     results = compare(homogeneous(), ["oracle", "swarm"])
     assert results["swarm"].throughput_microbatches_s <= 1.1 * results["oracle"].throughput_microbatches_s
