@@ -1,8 +1,9 @@
 """Deterministic fault points for tests: a process kills itself (SIGKILL) at a named point.
 
-`SWARM_TEST_FAULT="forward@1"` kills the peer when the first forward of iteration 1 reaches it
-(after it accepted the activations, before it computes); `backward@1` likewise for the first
-backward. Nothing happens when the variable is unset, which is always the case outside tests.
+`SWARM_TEST_FAULT="forward@1"` kills the peer when its first forward of iteration 1 or later
+reaches it (after it accepted the activations, before it computes: nothing of that iteration is
+accumulated yet); `backward@1` likewise for its first backward. Nothing happens when the variable
+is unset, which is always the case outside tests.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def fault_point(name: str, iteration: int) -> None:
     if not spec or spec in _fired:
         return
     point, _, at = spec.partition("@")
-    if point == name and at.isdigit() and int(at) == iteration:
+    if point == name and at.isdigit() and int(at) <= iteration:
         _fired.add(spec)
         if os.getpgid(0) == os.getpid():  # our own process group: take p2pd and the DHT down too
             os.killpg(os.getpid(), signal.SIGKILL)
