@@ -68,6 +68,9 @@ def register(app: typer.Typer) -> None:
         save: str | None = typer.Option(None, help="Write a full transformers checkpoint here at the end."),
         metrics_out: str | None = typer.Option(None, help="JSON lines, one per iteration."),
         compression: str = typer.Option("none", help="Activations/gradients on the wire: none, fp16, int8."),
+        exact_gradients: bool = typer.Option(
+            True, help="Sum microbatch gradients in float64 (bit-stable under any order; 2x gradient memory)."
+        ),
         run: str = typer.Option("swarm", "--run", help="Run id (the DHT key prefix)."),
         initial_peers: list[str] = typer.Option([], "--initial-peers", help="Join an existing DHT."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
@@ -86,7 +89,7 @@ def register(app: typer.Typer) -> None:
             model=model, data=data, tokenizer=tokenizer, text_field=text_field, stages=stages,
             iterations=iterations, batch_size=batch_size, microbatch_size=microbatch_size, seq_len=seq_len,
             lr=lr, weight_decay=weight_decay, optimizer=optimizer, seed=seed, device=device,
-            compression=compression, run_id=run,
+            compression=compression, exact_gradients=exact_gradients, run_id=run,
         )  # fmt: skip
         if device.startswith("cuda"):
             import torch

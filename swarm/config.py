@@ -35,6 +35,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     compression: str = "none"
+    exact_gradients: bool = True  # float64 accumulation: bit-stable under any arrival order
     run_id: str = "swarm"
     extra: dict = field(default_factory=dict)
 

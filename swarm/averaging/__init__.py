@@ -1,5 +1,6 @@
-"""Replica averaging: the replicas of a stage (or of the holder part) agree on one gradient and step."""
+"""Gradients of one part: exact accumulation over microbatches and averaging among replicas."""
 
-from swarm.averaging.replicas import ReplicaAverager, flatten_grads, unflatten_into_grads
+from swarm.averaging.accumulate import GradientAccumulator
+from swarm.averaging.replicas import ReplicaAverager
 
-__all__ = ["ReplicaAverager", "flatten_grads", "unflatten_into_grads"]
+__all__ = ["GradientAccumulator", "ReplicaAverager"]

@@ -2,10 +2,11 @@
 
 Every replica that carried microbatches sends its accumulated gradient (the sum over the
 microbatches it carried, each already scaled by 1/M at the holder) to every member of the stage.
-Each member adds the contributions in one canonical order (sorted peer ids), so all replicas get the
-same bits, then takes the same optimizer step: replicas stay identical. The sum of the carried
-gradients is the microbatch-weighted average of the replicas' mean gradients times the microbatch
-count, i.e. exactly the gradient of the mean loss over the global batch that the baseline computes.
+Each member adds the contributions in one canonical order (sorted peer ids), in float64 unless the
+run opted out (see accumulate.py), so all replicas get the same bits, then takes the same optimizer
+step: replicas stay identical. The sum of the carried gradients is the microbatch-weighted average
+of the replicas' mean gradients times the microbatch count, i.e. exactly the gradient of the mean
+loss over the global batch that the baseline computes.
 
 We exchange directly among the known replicas instead of hivemind's DecentralizedAverager: the set of
 replicas is known from the iteration's recorded paths, and matchmaking would cost its minimum wait
@@ -18,27 +19,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 import torch
-from torch import nn
 
-
-def flatten_grads(module: nn.Module) -> torch.Tensor:
-    """All parameter gradients in one float32 vector (zeros where a parameter has none)."""
-    parts = []
-    for p in module.parameters():
-        g = p.grad if p.grad is not None else torch.zeros_like(p)
-        parts.append(g.detach().reshape(-1).to(torch.float32))
-    return torch.cat(parts) if parts else torch.zeros(0)
-
-
-def unflatten_into_grads(module: nn.Module, flat: torch.Tensor) -> None:
-    offset = 0
-    for p in module.parameters():
-        n = p.numel()
-        p.grad = flat[offset : offset + n].view_as(p).to(p.dtype).clone()
-        offset += n
-    if offset != flat.numel():
-        raise ValueError(f"gradient vector has {flat.numel()} values, the module {offset}")
-
+from swarm.averaging.accumulate import GradientAccumulator
 
 Send = Callable[[str, int, int, torch.Tensor], Awaitable[None]]
 
@@ -46,10 +28,10 @@ Send = Callable[[str, int, int, torch.Tensor], Awaitable[None]]
 class ReplicaAverager:
     """Collects the contributions of one iteration and produces the agreed gradient."""
 
-    def __init__(self, me: str, module: nn.Module):
+    def __init__(self, me: str, accumulator: GradientAccumulator):
         self.me = me
-        self.module = module
-        self.numel = sum(p.numel() for p in module.parameters())
+        self.accumulator = accumulator
+        self.numel = accumulator.numel
         self._inbox: dict[int, dict[str, tuple[int, torch.Tensor]]] = {}
         self._arrived = asyncio.Event()
 
@@ -73,7 +55,7 @@ class ReplicaAverager:
         A contributor that does not deliver within `timeout` is left out (its microbatches are
         reported as lost gradients by the caller), so one crash cannot hang the step.
         """
-        mine = flatten_grads(self.module)
+        mine = self.accumulator.flat()
         own_count = contributors.get(self.me, 0)
         if own_count:
             others = [m for m in members if m != self.me]
@@ -97,10 +79,10 @@ class ReplicaAverager:
                 pass
         inbox = self._inbox.pop(iteration, {})
         included = {p: c for p, c in contributors.items() if c > 0 and (p == self.me or p in inbox)}
-        total = torch.zeros(self.numel, dtype=torch.float32)
+        total = torch.zeros(self.numel, dtype=self.accumulator.dtype)
         for peer in sorted(included):
-            total += mine if peer == self.me else inbox[peer][1]
-        unflatten_into_grads(self.module, total)
+            total += mine if peer == self.me else inbox[peer][1].to(total.dtype)
+        self.accumulator.apply(total)
         for old in [i for i in self._inbox if i < iteration]:
             del self._inbox[old]
         return included

@@ -120,7 +120,9 @@ class DataHolder(Replica):
                 tried = set(exclude)
                 continue
             try:
-                await self.node.call(target, "forward", flight.hop.header(meta), data, timeout=60)
+                started = time.monotonic()
+                reply, _ = await self.node.call(target, "forward", flight.hop.header(meta), data, timeout=60)
+                self.hops.observe(target, time.monotonic() - started, reply)
                 flight.first_hop = target
                 return
             except Exception as exc:  # noqa: BLE001 - reroute to another stage-0 peer
@@ -172,6 +174,7 @@ class DataHolder(Replica):
         hidden = hidden.to(self.device, torch.float32).requires_grad_(True)
         loss = self.module.loss(hidden, flight.ids)
         (loss / self.schedule.microbatches).backward()
+        self.gradients.collect()
         flight.grad_last = hidden.grad.detach()
         return loss.item(), flight.grad_last
 
@@ -191,12 +194,16 @@ class DataHolder(Replica):
         back = Hop(hop.run, hop.iteration, hop.microbatch, hop.holder, flight.path, self.stages - 1)
         await self.node.call(flight.path[-1], "backward", back.header(meta), data, timeout=60)
 
+    def _embedding_backward(self, flight: Flight, grad: torch.Tensor) -> None:
+        flight.embedded.backward(grad.to(flight.embedded.device))
+        self.gradients.collect()
+
     async def on_embedding_grad(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
         hop, flight = self._flight(header, -1)
         grad = decode_tensor(header["t"], payload, expect_shape=self.shape)
         if flight.done.done():
             return {"ok": True, "duplicate": True}, b""
-        await self.run_compute(lambda: flight.embedded.backward(grad.to(flight.embedded.device)))
+        await self.run_compute(self._embedding_backward, flight, grad)
         self.carried[hop.iteration] = self.carried.get(hop.iteration, 0) + 1
         if not flight.done.done():
             flight.done.set_result(True)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import nn
 
-from swarm.averaging import ReplicaAverager
+from swarm.averaging import GradientAccumulator, ReplicaAverager
 from swarm.node import SwarmNode
 from swarm.trainer.optim import make_optimizer
 from swarm.transport import decode_tensor, encode_tensor
@@ -28,7 +28,8 @@ class Replica:
         self.optimizer = make_optimizer(
             module, train["optimizer"], train["lr"], train["weight_decay"], tuple(train["betas"])
         )
-        self.averager = ReplicaAverager(node.peer_id, module)
+        self.gradients = GradientAccumulator(module, exact=bool(train.get("exact_gradients", True)))
+        self.averager = ReplicaAverager(node.peer_id, self.gradients)
         self.compute = ThreadPoolExecutor(1, thread_name_prefix=f"compute-{part}")  # one hop at a time
         self.iteration = 0  # optimizer steps taken = the iteration this replica trains now
         self.carried: dict[int, int] = {}

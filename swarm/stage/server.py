@@ -25,7 +25,8 @@ from models.presets import config_from_dict
 from models.randomness import seeded
 from models.staged import build_stage
 from swarm.node import SwarmNode
-from swarm.recovery.faults import fault_point
+from swarm.recovery.faults import fault_point, straggle
+from swarm.routing.stragglers import observe
 from swarm.routing.table import NextHops
 from swarm.stage.replica import Replica
 from swarm.transport import decode_tensor, encode_tensor
@@ -64,6 +65,7 @@ class StageServer(Replica):
         self.microbatches = manifest.train["batch_size"] // manifest.microbatch_size
         self.shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
         self.hops = NextHops()
+        self.service_s: float | None = None  # moving average of our forward compute (for senders)
         self.kept: dict[Key, HopState] = {}
         self.computing: set[Key] = set()
         self.sent_to: dict[Key, str] = {}
@@ -103,14 +105,17 @@ class StageServer(Replica):
         fault_point("forward", hop.iteration)
         self.computing.add(hop.key)
         self._spawn(self._forward(hop, inputs))
-        return {"ok": True}, b""
+        return {"ok": True, "service_s": round(self.service_s or 0.0, 6)}, b""
 
     def _compute_forward(self, hop: Hop, inputs: torch.Tensor) -> HopState:
         started = time.perf_counter()
         inputs = inputs.to(self.device, torch.float32).requires_grad_(True)
         with seeded(self.manifest.seed, hop.iteration, hop.microbatch, self.spec.index, self.device):
             outputs = self.module(inputs)
-        return HopState(hop, inputs, outputs, time.perf_counter() - started)
+        straggle(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.service_s = observe(self.service_s, elapsed)
+        return HopState(hop, inputs, outputs, elapsed)
 
     async def _forward(self, hop: Hop, inputs: torch.Tensor) -> None:
         try:
@@ -141,7 +146,9 @@ class StageServer(Replica):
                     tried = set(exclude)
                     continue
             try:
-                await self.node.call(target, "forward", out.header(meta), data, timeout=60)
+                started = time.monotonic()
+                reply, _ = await self.node.call(target, "forward", out.header(meta), data, timeout=60)
+                self.hops.observe(target, time.monotonic() - started, reply)
                 self.sent_to[hop.key] = target
                 return
             except Exception as exc:  # noqa: BLE001 - any failure of the hop means: reroute
@@ -173,6 +180,8 @@ class StageServer(Replica):
     def _compute_backward(self, state: HopState, grad: torch.Tensor) -> torch.Tensor:
         started = time.perf_counter()
         state.outputs.backward(grad.to(state.outputs.device, state.outputs.dtype))
+        self.gradients.collect()
+        straggle(time.perf_counter() - started)
         self.stats["compute_s"] += time.perf_counter() - started
         return state.inputs.grad.detach()
 

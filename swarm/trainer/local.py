@@ -20,6 +20,7 @@ from models.data import DataStream, open_source
 from models.randomness import EMBED_STAGE, seeded
 from models.staged import HolderPart, StageModule, build_holder, build_stage
 from models.tokenizer import load_tokenizer
+from swarm.averaging.accumulate import GradientAccumulator
 from swarm.config import ConfigError, TrainConfig
 from swarm.recovery.checkpoints import load_into, part_key, write_checkpoint
 from swarm.trainer.optim import make_optimizer
@@ -63,6 +64,7 @@ class LocalTrainer:
         self.optimizers = [
             make_optimizer(p, cfg.optimizer, cfg.lr, cfg.weight_decay, tuple(cfg.betas)) for p in self.parts
         ]
+        self.gradients = [GradientAccumulator(p, exact=cfg.exact_gradients) for p in self.parts]
         self.iteration = 0
 
     def microbatch_loss(self, iteration: int, microbatch: int) -> torch.Tensor:
@@ -88,8 +90,11 @@ class LocalTrainer:
         for m in range(count):
             loss = self.microbatch_loss(self.iteration, m)
             (loss / count).backward()
+            for gradients in self.gradients:
+                gradients.collect()
             total += loss.item()
-        for opt in self.optimizers:
+        for gradients, opt in zip(self.gradients, self.optimizers):
+            gradients.apply()
             opt.step()
         metrics = IterationMetrics(
             iteration=self.iteration,

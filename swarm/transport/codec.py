@@ -14,7 +14,12 @@ import numpy as np
 import torch
 
 CODECS = ("none", "fp16", "int8")
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
 INT8_BLOCK = 4096
 DEFAULT_LIMIT = 512 * 1024 * 1024
 

@@ -95,3 +95,38 @@ def test_random_kills_lose_no_microbatch(swarm_cli) -> None:
     assert figures["iterations_completed"] == 8 and figures["kills"] >= 1 and figures["joins"] >= 1
     assert figures["microbatches_lost"] == 0
     assert abs(figures["final_loss_ratio"] - 1.0) < 0.1
+
+
+def test_straggler_gets_little_work_and_parity_holds(swarm_cli, tmp_path) -> None:
+    """A stage-1 replica 20x slower than its mate (alive, same published capacity) is down-weighted
+    by its senders: it carries a small share of later iterations, and the result is unchanged."""
+    before = p2pd_count()
+    common = ["--model", "gpt2-tiny", "--stages", "2", "--seed", "5", "--batch-size", "16",
+              "--microbatch-size", "2", "--seq-len", "32"]  # fmt: skip
+    local = swarm_cli("train", "--local", *common, "--iterations", "5", "--save", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("init", "s0", "fast", "slow")}
+    init = start(["train", *common, "--iterations", "5", "--run", "slow", "--save", str(tmp_path / "swarm"),
+                  "--metrics-out", str(tmp_path / "m.jsonl")], logs["init"])  # fmt: skip
+    procs = [init]
+    try:
+        maddr = wait_for_maddr(tmp_path / "init.log", init)
+        join = ["join", "--initial-peers", maddr, "--run", "slow", "--threads", "1", "--capacity", "5"]
+        procs.append(start([*join, "--stage", "0"], logs["s0"]))
+        procs.append(start([*join, "--stage", "1", "--name", "fast"], logs["fast"]))
+        slow = {"SWARM_TEST_SLOW": "20"}
+        procs.append(start([*join, "--stage", "1", "--name", "slow"], logs["slow"], slow))
+        assert init.wait(600) == 0, (tmp_path / "init.log").read_text()[-3000:]
+    finally:
+        stop_all(procs)
+        for log in logs.values():
+            log.close()
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["microbatches"] for r in rows] == [8] * 5
+    later = [r["carried"]["1"] for r in rows[2:]]
+    shares = [min(c.values()) / sum(c.values()) if len(c) == 2 else 0.0 for c in later]
+    assert max(shares) <= 0.25, later  # equal capacities: 0.5 each without straggler handling
+    a_w, b_w = load_weights(tmp_path / "local"), load_weights(tmp_path / "swarm")
+    for name in a_w:
+        assert torch.allclose(a_w[name], b_w[name], rtol=1e-4, atol=1e-5), name
+    assert wait_no_p2pd(before) <= before
