@@ -56,6 +56,11 @@ def _coarse(cost: float) -> float:
     return round(cost / COST_GRAIN_S)
 
 
+def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
+    """What a neighbour knows from a state: has spare, labels, route costs."""
+    return (state.spare > EPS, tuple(sorted(state.labels.items())), dict(state.cheapest))
+
+
 def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
     """Did a published route cost move enough to tell upstream (COST_REL or COST_GRAIN_S)?"""
     if old.keys() != new.keys():
@@ -91,8 +96,7 @@ class Node:
         self._unacked: dict[int, tuple[Envelope, float]] = {}
         self._seen: dict[str, set[int]] = {}
         self._retry_armed = False
-        self._announced: tuple | None = None
-        self._announced_down: tuple | None = None
+        self._told: dict[str, tuple] = {}  # neighbour -> (has spare, labels, costs) it last heard from us
         self._announce_armed = False
         self._cost_at = -INF
         self.announce_s = env.retry_s / 4.0
@@ -100,15 +104,30 @@ class Node:
         self._fwd_cache: dict[str, int] = {}
 
     # ------------------------------------------------------------- channel
-    def send(self, dst: str, body: Body) -> None:
+    def send(self, dst: str, body: Body, reliable: bool = True) -> None:
+        """Send `body`; reliable ones are retransmitted until acknowledged, others (seq -1) are not.
+
+        Every state we hand a neighbour is remembered, so announcements only carry news to it.
+        """
+        st = getattr(body, "state", None)
+        if isinstance(st, State) and st.node == self.id:
+            self._told[dst] = _summary(st)
+        self.sent += 1
+        if not reliable:
+            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body))
+            return
         self._seq += 1
         env = Envelope(self.id, dst, self._seq, self.depth + 1, body)
         self._unacked[self._seq] = (env, self.now)
-        self.sent += 1
         self.env.transmit(env)
         if not self._retry_armed:
             self._retry_armed = True
             self.env.set_timer(self.id, self.env.retry_s, "retry")
+
+    def stamp(self) -> int:
+        """A fresh version for a state snapshot: the newest snapshot sent always wins."""
+        self.version += 1
+        return self.version
 
     def receive(self, envelope: Envelope, now: float) -> None:
         """Entry point for a delivered envelope."""
@@ -117,12 +136,13 @@ class Node:
         if isinstance(body, Ack):
             self._unacked.pop(body.seq, None)
             return
-        self.sent += 1
-        self.env.transmit(Envelope(self.id, envelope.src, 0, 0, Ack(envelope.seq)))
-        seen = self._seen.setdefault(envelope.src, set())
-        if envelope.seq in seen:
-            return  # a retransmission of something already applied
-        seen.add(envelope.seq)
+        if envelope.seq >= 0:
+            self.sent += 1
+            self.env.transmit(Envelope(self.id, envelope.src, 0, 0, Ack(envelope.seq)))
+            seen = self._seen.setdefault(envelope.src, set())
+            if envelope.seq in seen:
+                return  # a retransmission of something already applied
+            seen.add(envelope.seq)
         if envelope.src not in self.prev and envelope.src not in self.next:
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
@@ -136,6 +156,7 @@ class Node:
             self.prev.discard(event.node)
             self.next.discard(event.node)
             self.views.pop(event.node, None)
+            self._told.pop(event.node, None)
             self._cheap_cache.clear()
             self._fwd_cache.clear()
             for seq in [s for s, (e, _) in self._unacked.items() if e.dst == event.node]:
@@ -150,8 +171,8 @@ class Node:
                 self.prev.add(event.node)
             self._cheap_cache.clear()
             self._fwd_cache.clear()
+            self._told.pop(event.node, None)  # tell the newcomer who we are
             self.on_joined()
-            self._announced = self._announced_down = None  # tell the newcomer who we are
         self.settle()
 
     def on_timer(self, token: str, now: float) -> None:
@@ -189,45 +210,51 @@ class Node:
             self._fwd_cache.clear()
 
     def announce(self) -> None:
-        """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time.
-
-        Upstream neighbours (who push to us) get labels, fullness and route costs; downstream ones
-        only need our labels (for returning flow), so they hear only when labels change. Cost
-        changes under 0.1% are not worth a message.
-        """
+        """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time."""
         if not self._announce_armed:
             self._announce_armed = True
             self.env.set_timer(self.id, self.announce_s, "announce")
 
+    def downstream(self) -> set[str]:
+        """Next hops that hold flow from us: they need our labels to return flow (nobody else does)."""
+        return set()
+
     def _publish(self) -> None:
-        state = self.state()
-        labels = tuple(sorted(state.labels.items()))
-        full = state.spare > EPS
-        old = self._announced
-        costs = dict(state.cheapest)
-        moved = old is None or _moved(old[2], costs)
-        only_costs = old is not None and old[0] == full and old[1] == labels and moved
-        if only_costs and labels == self._announced_down:
+        """Tell each neighbour what changed for it since it last heard from us.
+
+        Upstream neighbours (who push to us) need fullness, labels and route costs; downstream ones
+        only our labels, and only if they hold flow from us (offers carry our state anyway). Fullness
+        and label news is reliable; route-cost news is sent best effort (a lost one costs quality,
+        never correctness) and batched, because it cascades through every stage.
+        """
+        st = self.state()
+        now = _summary(st)
+        reliable: list[str] = []
+        costly: list[str] = []
+        for node in sorted(self.prev):
+            told = self._told.get(node)
+            if told is None or told[0] != now[0] or told[1] != now[1]:
+                reliable.append(node)
+            elif _moved(told[2], now[2]):
+                costly.append(node)
+        for node in sorted(self.downstream() - self.prev):
+            told = self._told.get(node)
+            if node not in self.holders and (told is None or told[1] != now[1]):
+                reliable.append(node)
+        if not reliable and not costly:
+            return
+        if not reliable:
             wait = self._cost_at + COST_HOLD * self.announce_s - self.now
-            if wait > EPS:  # only route costs moved: batch such news, they cascade through every stage
+            if wait > EPS:  # only route costs moved: batch such news
                 self._announce_armed = True
                 self.env.set_timer(self.id, wait, "announce")
                 return
-        same_up = not moved and old is not None and old[0] == full and old[1] == labels
-        if not same_up:
-            self._cost_at = self.now
-        if same_up and labels == self._announced_down:
-            return
-        self.version += 1
-        state = self.state()
-        targets = self.prev if labels == self._announced_down else self.prev | self.next
-        if same_up:
-            targets = self.next
-        else:
-            self._announced = (full, labels, costs)
-        self._announced_down = labels
-        for node in sorted(targets):
-            self.send(node, Announce(state))
+        self._cost_at = self.now
+        body = Announce(st)
+        for node in reliable:
+            self.send(node, body)
+        for node in costly:
+            self.send(node, body, reliable=False)
 
     # ------------------------------------------------------- for subclasses
     def handle(self, src: str, body: Body) -> None:
@@ -369,7 +396,8 @@ class Sender(Node):
                 break
             rate = min(left, self.target_spare(h, v))
             oid = self.add_offer(h, v, rate, None)
-            self.send(v, Offer(h, rate, oid, mine, bid=self.arrival(h) + self.env.cost(self.id, v)))
+            bid = self.arrival(h) + self.env.cost(self.id, v)
+            self.send(v, Offer(h, rate, oid, mine, bid=bid, state=self.state()))
             left -= rate
         return left
 
@@ -432,7 +460,8 @@ class Sender(Node):
         rate = min(self.out[h][v], spare) if spare > EPS else self.out[h][v]
         oid = self.add_offer(h, w, rate, v)
         bid = self.arrival(h) + self.env.cost(self.id, w)
-        self.send(w, Offer(h, rate, oid, self.label(h), None if spare > EPS else v, bid=bid))
+        swap = None if spare > EPS else v
+        self.send(w, Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state()))
         return True
 
     # ------------------------------------------------------------ replies
@@ -482,6 +511,10 @@ class Sender(Node):
         else:
             return False
         return True
+
+    def downstream(self) -> set[str]:
+        used = {v for nexts in self.out.values() for v, r in nexts.items() if r > EPS}
+        return used | {e[1] for e in self.offers.values()}
 
     def routes(self) -> dict[str, dict[str, float]]:
         """This node's routing table per holder: holder -> next hop -> rate."""

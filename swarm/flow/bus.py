@@ -222,7 +222,7 @@ class MessageBus:
             a = self.agents[other]
             a.now = self.now
             a.budget = max(a.budget, 2 + len(a.next) // 2)
-            a._announced = a._announced_down = None
+            a._told.clear()
             a.settle()
 
     # ------------------------------------------------------------- helpers

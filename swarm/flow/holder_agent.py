@@ -36,7 +36,7 @@ class HolderAgent(Sender):
         return self.src_label
 
     def state(self) -> State:
-        return State(self.id, self.version, 0.0, {self.id: self.src_label}, {}, {})
+        return State(self.id, self.stamp(), 0.0, {self.id: self.src_label}, {}, {})
 
     def handle(self, src: str, body: Body) -> None:
         if self.dispatch_sender(src, body):

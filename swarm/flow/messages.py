@@ -44,6 +44,7 @@ class Offer:
     sender's current next hop `swap_from` (GWTF's swap among same-stage peers).
     `bid` is the cost of the sender's path from the holder up to the receiver; with `preempt` set, a
     full receiver may make room by returning in-flows whose path so far costs more than `bid`.
+    `state` is the sender's own state (its labels, for the receiver to return flow by).
     """
 
     holder: str
@@ -53,6 +54,7 @@ class Offer:
     swap_from: str | None = None
     bid: float | None = None
     preempt: int = 0
+    state: State | None = None
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class PeerAgent(Sender):
     def state(self) -> State:
         cheapest = {h: self.cheapest(h) for h in self.holders}
         worst = {h: w for h in self.holders if (w := self.worst(h)) is not None}
-        return State(self.id, self.version, self.spare(), dict(self._labels), cheapest, worst)
+        return State(self.id, self.stamp(), self.spare(), dict(self._labels), cheapest, worst)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
@@ -126,6 +126,8 @@ class PeerAgent(Sender):
     def on_offer(self, src: str, msg: Offer) -> None:
         """Accept up to spare capacity if we are below the sender; otherwise reject with our state."""
         h = msg.holder
+        if msg.state is not None:
+            self.observe(msg.state)
         accepted = 0.0
         if src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
             accepted = min(msg.rate, self.spare())
@@ -155,8 +157,11 @@ class PeerAgent(Sender):
         """
         got = 0.0
         bids = self.bids[h]
-        worse = [(bids.get(u, 0.0), u) for u, r in self.inflow[h].items()
-                 if u != sender and r > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S]
+        worse = [
+            (bids.get(u, 0.0), u)
+            for u, r in self.inflow[h].items()
+            if u != sender and r > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S
+        ]
         for _, u in sorted(worse, reverse=True):
             if got >= rate - EPS:
                 break
@@ -171,15 +176,18 @@ class PeerAgent(Sender):
         if self.last or self.preempts <= 0 or not self.improve:
             return False
         mine = self.label(h)
-        full = [v for v in self.next if self.view_spare(v) <= EPS and self.target_label(h, v) < mine
-                and v in self.views]
+        full = [
+            v
+            for v in self.next
+            if self.view_spare(v) <= EPS and self.target_label(h, v) < mine and v in self.views
+        ]
         if not full:
             return False
         v = min(full, key=lambda v: (self.env.cost(self.id, v) + self.views[v].cheapest.get(h, INF), v))
         self.preempts -= 1
         oid = self.add_offer(h, v, left, None)
         bid = self.arrival(h) + self.env.cost(self.id, v)
-        self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1))
+        self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1, state=self.state()))
         return True
 
     def _swap(self, sender: str, h: str, rate: float, other: str) -> float:

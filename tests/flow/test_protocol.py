@@ -144,10 +144,13 @@ def test_max_path_within_5_percent_of_min_cost(seed: int) -> None:
     assert cost.max_path_cost(inst, bus.routes()) <= 1.05 * best + 1e-9
 
 
-@pytest.mark.xfail(strict=True, reason="known bug (issue 3): a lost message leaves this instance "
-                   "quiescent below the maximum flow (4.815 of 5.5827)")  # fmt: skip
 def test_known_loss_case_reaches_max_flow() -> None:
-    """Found by hypothesis in CI: 2 holders, 1 stage of 2 peers, 5% message loss."""
+    """Found by hypothesis in CI: 2 holders, 1 stage of 2 peers, 5% message loss.
+
+    A reply told holder h1 that s0p1 was full; the peer's later "spare again" announcement was
+    suppressed because it had announced spare before. Announcements now track what each neighbour
+    last heard, replies included.
+    """
     inst = random_instance(2, 1, 2, 1311)
     bus = MessageBus(inst, seed=1311, delay=(0.001, 0.2), loss=0.05)
     converge(bus)
