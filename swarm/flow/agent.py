@@ -34,6 +34,7 @@ COOLING = 0.95
 T_MIN = 0.05
 COST_GRAIN_S = 0.002  # route-cost changes under 2 ms are not announced
 COST_REL = 0.01  # nor those under 1%
+READY_WAIT = 40.0  # retry periods to wait for silent next hops before the first push
 COST_HOLD = 4.0  # at most one costs-only announcement per COST_HOLD announcement periods
 
 
@@ -57,8 +58,10 @@ def _coarse(cost: float) -> float:
 
 
 def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
-    """What a neighbour knows from a state: has spare, labels, route costs."""
-    return (state.spare > EPS, tuple(sorted(state.labels.items())), dict(state.cheapest))
+    """What a neighbour knows from a state: has spare and labels (and which holders it can route:
+    news it must get), then route costs (best effort)."""
+    reach = tuple(h for h, c in sorted(state.cheapest.items()) if math.isfinite(c))
+    return (state.spare > EPS, (tuple(sorted(state.labels.items())), reach), dict(state.cheapest))
 
 
 def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
@@ -187,6 +190,11 @@ class Node:
             if self._unacked:
                 self._retry_armed = True
                 self.env.set_timer(self.id, self.env.retry_s, "retry")
+        elif token == "ready":
+            if not self.ready:
+                self.ready = True
+                self._cheap_cache.clear()
+                self.settle()
         elif token == "announce":
             self._announce_armed = False
             self._publish()
@@ -305,6 +313,24 @@ class Sender(Node):
         self.temperature = T0
         self.budget = 0
         self.moves = 0
+        self.ready = False
+        env.set_timer(node_id, READY_WAIT * env.retry_s, "ready")
+
+    def check_ready(self) -> bool:
+        """Push nothing before every next hop told its route cost: the first pushes pick the cheapest.
+
+        Route costs cascade up from the last stage, so the swarm's first flow follows cheapest paths
+        instead of whichever neighbour spoke first. A next hop that never speaks is waited for only
+        until the "ready" timer (READY_WAIT retry periods) fires.
+        """
+        if not self.ready:
+            for h in self.holders:
+                for v in self.targets(h):
+                    if v not in self.holders and not math.isfinite(self.target_cheapest(h, v)):
+                        return False
+            self.ready = True
+            self._cheap_cache.clear()
+        return True
 
     # ---------------------------------------------------------- accounting
     def supply(self, h: str) -> float:
@@ -366,7 +392,12 @@ class Sender(Node):
         return max(used) if used else None
 
     def cheapest(self, h: str) -> float:
-        """Cheapest route to h's sink through next hops that published spare capacity (cached)."""
+        """Cheapest route to h's sink through next hops that published spare capacity (cached).
+
+        Unknown (infinite) until `ready`, so that upstream waits for the whole picture too.
+        """
+        if not self.ready:
+            return INF
         cached = self._cheap_cache.get(h)
         if cached is None:
             options = [

@@ -68,6 +68,8 @@ class HolderAgent(Sender):
     def settle(self) -> None:
         """Push unserved demand, withdraw flow above demand, then try to improve."""
         h = self.id
+        if not self.check_ready():
+            return
         ex = self.excess(h)
         if ex > EPS:
             self.push(h)

@@ -247,7 +247,8 @@ class PeerAgent(Sender):
         if over > EPS:  # capacity dropped: hand the most expensive in-flows back
             self._return_most_expensive(over)
         busy = False
-        for h in self.holders:
+        ready = self.check_ready()
+        for h in self.holders if ready else ():
             ex = self.excess(h)
             if ex > EPS:
                 left = self.push(h)
