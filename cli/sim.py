@@ -19,6 +19,24 @@ def _format_row(router: str, summary: dict) -> str:
     return f"  {router:<7} {cells}"
 
 
+def _override(sc, model: str | None, peers: int | None, stages: int | None, hours: float | None):
+    """The scenario with the command line's overrides applied (and named after them)."""
+    from swarm.sim.scenario import ScenarioError
+
+    tags = []
+    if model is not None:
+        sc, tags = sc.with_(model=PRESETS[model]), [*tags, model]
+    if peers is not None:
+        if sc.explicit_peers:
+            raise ScenarioError(f"{sc.name}: --peers needs a generated swarm, not an explicit peer list")
+        sc, tags = sc.with_(peer_count=peers), [*tags, f"{peers}p"]
+    if stages is not None:
+        sc, tags = sc.with_(stages=stages), [*tags, f"{stages}s"]
+    if hours is not None:
+        sc, tags = sc.with_(max_time_s=hours * 3600.0, iterations=10**9), [*tags, f"{hours:g}h"]
+    return sc.with_(name=":".join([sc.name, *tags])) if tags else sc
+
+
 def register(app: typer.Typer) -> None:
     """Add the `sim` command to the app."""
 
@@ -34,6 +52,11 @@ def register(app: typer.Typer) -> None:
         router: str = typer.Option("all", help="gwtf, swarm, oracle or all."),
         seed: int | None = typer.Option(None, help="Override the scenario's seed."),
         model: str | None = typer.Option(None, help=f"Override the model preset ({', '.join(PRESETS)})."),
+        peers: int | None = typer.Option(None, help="Override the number of peers (generated swarms only)."),
+        stages: int | None = typer.Option(None, help="Override the number of pipeline stages."),
+        hours: float | None = typer.Option(
+            None, help="Simulate this many hours instead of a number of iterations (stops at the limit)."
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
         plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
         list_: bool = typer.Option(False, "--list", help="List the built-in scenarios and exit."),
@@ -56,11 +79,12 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--seed must be >= 0, got {seed}")
         if plot is not None and plot.exists() and not plot.is_dir():
             raise UserError(f"--plot {plot} exists and is not a directory")
+        for flag, value in (("--peers", peers), ("--stages", stages), ("--hours", hours)):
+            if value is not None and not value > 0:
+                raise UserError(f"{flag} must be positive, got {value}")
         routers = ("gwtf", "swarm", "oracle") if router == "all" else (router,)
         try:
-            scenarios = [resolve_scenario(name) for name in scenario]
-            if model is not None:
-                scenarios = [sc.with_(model=PRESETS[model], name=f"{sc.name}:{model}") for sc in scenarios]
+            scenarios = [_override(resolve_scenario(name), model, peers, stages, hours) for name in scenario]
         except ScenarioError as exc:
             raise UserError(str(exc)) from None
         table = {}

@@ -136,7 +136,10 @@ class GwtfRouter(_Planned):
     """The push-relabel protocol on a message bus in simulated time.
 
     The bus converges once before t=0 (the swarm forms before training starts); its clock is then
-    offset so that bus time = simulated time + offset.
+    offset so that bus time = simulated time + offset. Between churn events a quiescent bus has
+    nothing to say, so the converged table is reused as it is; after an event the bus is advanced
+    in batches of REFRESH_S simulated seconds (peers re-read their tables that often) until it is
+    quiescent again. Every route still comes from the protocol's own state machines.
     """
 
     name = "gwtf"
@@ -160,6 +163,7 @@ class GwtfRouter(_Planned):
         self._pending: list[str] = []
         self._routes = self.bus.routes()
         self._fresh_at = 0.0
+        self._settled = self.bus.quiescent()
 
     def _delay(self, src: str, dst: str, rng: random.Random) -> float:
         """A protocol message takes the one-way latency of the link between the two nodes."""
@@ -176,10 +180,11 @@ class GwtfRouter(_Planned):
             self.bus.run_until(target)
 
     def current_routes(self, now: float) -> HolderRoutes:
-        if now >= self._fresh_at:
+        if not self._settled and now >= self._fresh_at:
             self._advance(now)
             self._routes = self.bus.routes()
             self._fresh_at = now + self.REFRESH_S
+            self._settled = self.bus.quiescent()
         return self._routes
 
     def on_crash(self, peer: str, now: float) -> None:
@@ -191,7 +196,7 @@ class GwtfRouter(_Planned):
             # until a joiner arrives there; no microbatch is sent to it (only live peers are
             # candidates) and the stage waits for the join anyway
             self._pending.append(peer)
-        self._fresh_at = now  # re-read the table at the next hop
+        self._fresh_at, self._settled = now, False  # re-read the table at the next hop
 
     def on_join(self, peer: PeerSpec, now: float) -> None:
         self._advance(now)
@@ -199,7 +204,7 @@ class GwtfRouter(_Planned):
         pending, self._pending = self._pending, []
         for dead in pending:
             self.on_crash(dead, now)
-        self._fresh_at = now
+        self._fresh_at, self._settled = now, False
 
     def messages(self) -> int:
         return int(self.bus.stats.messages)
@@ -234,7 +239,11 @@ class SwarmBaseline:
         self._router(node).on_send(hop, now)
 
     def on_done(self, node: str, hop: str, seconds: float, now: float) -> None:
-        self._router(node).on_done(hop, seconds, now)
+        """SWARM's estimate is a peer's own processing time per microbatch (the throughput a SWARM
+        server measures and publishes), not the sender's round trip: link costs play no part in
+        its choice, which is what sets it apart from GWTF's edge costs."""
+        assert self.sim is not None
+        self._router(node).on_done(hop, self.sim.nodes[hop].compute_s, now)
 
     def on_crash(self, peer: str, now: float) -> None:
         self._routers.pop(peer, None)

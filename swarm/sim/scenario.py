@@ -15,6 +15,7 @@ from typing import Any
 import tomllib
 
 from swarm.flow.instance import geo_matrix
+from swarm.sim.allreduce import AVERAGING
 from swarm.sim.hardware import DEFAULT_MFU, PRESETS, HardwareError, ModelSpec, gpu, model_from_raw
 
 
@@ -49,12 +50,13 @@ class Scenario:
     mfu: float
     seed: int
     explicit_peers: tuple[PeerEntry, ...] = ()
+    averaging: str = "direct"  # how replicas exchange gradients (swarm/sim/allreduce.py)
 
     def with_(self, **changes: Any) -> Scenario:
         return replace(self, **changes)
 
 
-_TOP = {"name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed"}
+_TOP = {"name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed", "averaging"}
 GEO10 = ("Belgium", "Canada", "Germany", "Iowa", "Japan", "LA", "London", "NL", "Oregon", "Singapore")
 HETERO_MIX = {"A100-80GB": 0.1, "A100-40GB": 0.1, "L4": 0.2, "RTX-4090": 0.2, "RTX-3090": 0.2, "T4": 0.2}
 
@@ -167,6 +169,9 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
     mfu = _float(raw, "mfu", "scenario", DEFAULT_MFU)
     if not 0 < mfu <= 1:
         raise ScenarioError(f"scenario: 'mfu' must be in (0, 1], got {mfu}")
+    averaging = raw.get("averaging", "direct")
+    if averaging not in AVERAGING:
+        raise ScenarioError(f"scenario: 'averaging' must be one of {', '.join(AVERAGING)}, got {averaging!r}")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ScenarioError("scenario: 'name' must be a non-empty string")
@@ -187,6 +192,7 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
         mfu=mfu,
         seed=_int(raw, "seed", "scenario", 0, low=0),
         explicit_peers=entries,
+        averaging=averaging,
     )
 
 

@@ -3,7 +3,14 @@
 Model of a hop: the sender's activations cross the directed link (serialised per link: bytes /
 bandwidth, then one-way latency), queue FIFO at the receiver's GPU, and take its forward (1/3) or
 backward (2/3) compute time. Backward follows the recorded forward path. An iteration ends when all
-its microbatches are back home; then every stage's replicas all-reduce their gradients.
+its microbatches are back home.
+
+Averaging (swarm/sim/allreduce.py) overlaps as far as the synchronous step allows: a stage's replicas
+start exchanging gradients as soon as the stage's last backward of the iteration is done (stages
+near the end of the pipeline finish first), and the stage computes nothing of the next iteration
+until its step is taken. The holders inject the next iteration at once; its microbatches queue at
+a stage that is still averaging. The holders' own embedding/head averaging is not modelled (it
+would add the same delay for every router).
 
 Faults follow swarm/recovery/policy.py, the rules the live peers use: a sender notices a dead next
 hop after its adaptive timeout and re-sends the stored activations to a replacement (forward
@@ -20,12 +27,13 @@ from typing import Protocol
 from swarm.flow.cost import HolderRoutes
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec, geo_matrix
 from swarm.recovery.policy import adaptive_timeout, find_break, stage_must_wait
+from swarm.sim.allreduce import averaging_s
 from swarm.sim.engine import EventQueue
 from swarm.sim.hardware import FORWARD_SHARE, gpu
 from swarm.sim.metrics import SimResult
 from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity_stage
 from swarm.sim.scenario import Scenario
-from swarm.sim.state import LoadView, Microbatch, Node, ring_allreduce_s
+from swarm.sim.state import LoadView, Microbatch, Node
 
 (
     FWD_ARRIVE,
@@ -84,6 +92,9 @@ class Simulation:
         self.iter_done = 0
         self.next_mb = 0
         self.snapshot_iter = max(scenario.iterations // 2, 0)
+        self.param_bytes = [model.stage_param_bytes(n) for n in self.layers]
+        self.stage_done = [0.0] * self.stages  # last backward of this iteration, per stage
+        self.stage_ready = [0.0] * self.stages  # when the stage has taken its last step
         self._traffic: dict[tuple[str, str], int] | None = None
         hgpu = gpu(scenario.holder_gpu)
         self.holders = [f"h{i}" for i in range(len(scenario.holder_regions))]
@@ -161,7 +172,7 @@ class Simulation:
             self.live[stage].append(m.id)
             return
         sources = [self.nodes[p] for p in self.live[stage]] or [self.nodes[h] for h in self.holders]
-        param_bytes = self.sc.model.stage_param_bytes(self.layers[stage])
+        param_bytes = self.param_bytes[stage]
         links = [self.link(s.region, m.region) for s in sources]
         download = min(lk.latency_s + param_bytes / lk.bandwidth_bytes_s for lk in links)
         self.q.push(self.q.now + download, READY, m.id)
@@ -212,12 +223,15 @@ class Simulation:
         mb.sent_at, mb.task, mb.pos = now, None, k
         self.q.push(self._transfer(self.nodes[sender], dst, now), BWD_ARRIVE, mb.id, mb.gen)
 
-    def _hop_done(self, mb: Microbatch, node: Node, now: float) -> None:
+    def _hop_done(self, mb: Microbatch, node: Node, now: float, forward: bool) -> None:
+        """A hop answered: the sender measures it (timeouts); a forward answer also closes the
+        request the router opened in `on_sent` (backward hops follow the path, no choice)."""
         node.resident.discard(mb.id)
         mb.task = None
         seconds = now - mb.sent_at
         self.nodes[mb.sender].samples.append(seconds)
-        self.router.on_done(mb.sender, node.id, seconds, now)
+        if forward:
+            self.router.on_done(mb.sender, node.id, seconds, now)
 
     # --------------------------------------------------------------------- faults
     def _restart(self, mb: Microbatch, now: float) -> None:
@@ -284,6 +298,7 @@ class Simulation:
         if not node.alive:
             return
         node.ready_s = now
+        node.hold_s = self.stage_ready[node.stage]
         self.live[node.stage].append(pid)
         self._instance = None
         self.router.on_join(self.spec(pid), now)
@@ -311,18 +326,22 @@ class Simulation:
                 "nodes": {n.id: [n.stage, n.region] for n in self.nodes.values() if n.alive},
             }
             self._traffic = None
-        avg = 0.0
+        longest, last = 0.0, now
         for s in range(self.stages):
             replicas = [self.nodes[p] for p in self.live[s]]
-            avg = max(
-                avg, ring_allreduce_s(replicas, self.sc.model.stage_param_bytes(self.layers[s]), self.link)
-            )
-        self.res.averaging_s += avg
+            cost = averaging_s(self.sc.averaging, replicas, self.param_bytes[s], self.link)
+            ready = self.stage_ready[s] = self.stage_done[s] + cost
+            for node in replicas:
+                node.hold_s = ready
+            longest, last = max(longest, cost), max(last, ready)
+        self.res.averaging_s += longest
         self.res.iterations += 1
         self.mbs.clear()
         for node in self.nodes.values():
             node.carried.clear()
-        self.q.push(now + avg, ITER_START)
+        # the next iteration starts at once (it queues at stages still averaging); after the last
+        # one, training ends when every stage has taken its step
+        self.q.push(now if self.res.iterations < self.sc.iterations else last, ITER_START)
 
     def _complete(self, mb: Microbatch, now: float) -> None:
         self.res.completed += 1
@@ -354,14 +373,15 @@ class Simulation:
                 elif kind == FWD_DONE:
                     k = len(mb.path) - 1
                     node = nodes[mb.path[k]]
-                    self._hop_done(mb, node, now)
+                    self._hop_done(mb, node, now, True)
                     node.stash.add(mb.id)
                     mb.compute[k] += node.fwd_s
                     self._send_forward(mb, node.id, k + 1, now)
                 elif kind == BWD_DONE:
                     k = mb.pos
                     node = nodes[mb.path[k]]
-                    self._hop_done(mb, node, now)
+                    self._hop_done(mb, node, now, False)
+                    self.stage_done[k] = now
                     node.stash.discard(mb.id)
                     node.carried.add(mb.id)
                     mb.compute[k] += node.bwd_s

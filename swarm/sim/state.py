@@ -1,11 +1,9 @@
-"""The simulator's mutable records of nodes and microbatches, and the stage-averaging cost."""
+"""The simulator's mutable records of nodes and microbatches."""
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-
-from swarm.flow.instance import Link
+from collections.abc import Iterator, Mapping
 
 
 class Node:
@@ -24,6 +22,7 @@ class Node:
         "ready_s",
         "died_s",
         "free_at",
+        "hold_s",
         "busy_s",
         "resident",
         "stash",
@@ -41,6 +40,7 @@ class Node:
         self.ready_s: float | None = None  # serving since (None: still downloading state)
         self.died_s: float | None = None
         self.free_at = 0.0
+        self.hold_s = 0.0  # no compute before this: the stage is still averaging the last iteration
         self.busy_s = 0.0
         self.resident: set[int] = set()  # microbatches in flight to, queued at or computing here
         self.stash: set[int] = set()  # forward done here, backward not yet: activations kept
@@ -49,7 +49,7 @@ class Node:
 
     def run(self, now: float, seconds: float) -> tuple[float, float]:
         """Queue `seconds` of compute (FIFO); returns (start, end)."""
-        start = self.free_at if self.free_at > now else now
+        start = max(self.free_at, now, self.hold_s)
         end = start + seconds
         self.free_at = end
         self.busy_s += seconds
@@ -100,17 +100,3 @@ class LoadView(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._nodes)
-
-
-def ring_allreduce_s(replicas: Sequence[Node], param_bytes: float, link: Callable[[str, str], Link]) -> float:
-    """Seconds of a ring all-reduce of `param_bytes` over the replicas, ordered by region so the ring
-    crosses each region boundary once: 2(n-1)/n of the bytes over the slowest link of the ring,
-    plus 2(n-1) latency steps of the slowest hop."""
-    n = len(replicas)
-    if n < 2:
-        return 0.0
-    ring = sorted(replicas, key=lambda r: (r.region, r.id))
-    hops = [link(ring[i].region, ring[(i + 1) % n].region) for i in range(n)]
-    slowest_bw = min(h.bandwidth_bytes_s for h in hops)
-    worst_lat = max(h.latency_s for h in hops)
-    return 2.0 * (n - 1) / n * param_bytes / slowest_bw + 2.0 * (n - 1) * worst_lat

@@ -36,4 +36,5 @@ def churny():
         peers={"count": 12, "regions": ["Iowa", "Germany"], "gpus": MIX},
         churn={"failure_rate_per_hour": 20.0, "join_rate_per_hour": 20.0},
         training={"iterations": 8, "global_batch": 24},
+        seed=5,  # crashes that hit forward and backward passes and empty a stage (stalls)
     )

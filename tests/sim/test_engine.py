@@ -7,9 +7,10 @@ from conftest import small
 from helpers import LeastLoaded
 
 from swarm.flow.instance import geo_matrix
+from swarm.sim.allreduce import direct_exchange_s
 from swarm.sim.hardware import FORWARD_SHARE, PRESETS, gpu
 from swarm.sim.simulator import Simulation
-from swarm.sim.state import Node, ring_allreduce_s
+from swarm.sim.state import Node
 
 
 def test_single_pipeline_iteration_time_is_exact() -> None:
@@ -69,13 +70,50 @@ def test_two_microbatches_queue_behind_each_other() -> None:
     assert res.training_time_s == pytest.approx(max(done0, done1), rel=1e-12)
 
 
-def test_ring_allreduce_cost() -> None:
+def test_averaging_overlaps_up_to_the_stage_step() -> None:
+    """One stage, replicas in Iowa and Germany, one microbatch per iteration on the Iowa replica:
+    the stage averages after its backward, the next iteration waits at the stage for its step, and
+    training ends when the last step is taken."""
+    peers = [
+        {"gpu": "A100-80GB", "region": "Iowa", "stage": 0},
+        {"gpu": "T4", "region": "Germany", "stage": 0},
+    ]
+    sc = small(
+        model={"layers": 2, "hidden": 64, "vocab": 100, "seq_len": 8, "microbatch": 1},
+        stages=1,
+        peers=peers,
+        holders={"regions": ["Iowa"]},
+        training={"iterations": 2, "global_batch": 1},
+    )
+    sim = Simulation(sc, LeastLoaded())
+    res = sim.run()
+    same, cross = geo_matrix().same_region, geo_matrix().link("Iowa", "Germany")
+    hop = sc.model.activation_bytes / same.bandwidth_bytes_s + same.latency_s
+    c = sc.model.compute_s(2, gpu("A100-80GB"), 0.4)
+    head = sc.model.holder_compute_s(gpu("A100-80GB"), 0.4)
+    avg = cross.latency_s + sc.model.stage_param_bytes(2) / cross.bandwidth_bytes_s
+    assert avg > 2 * hop  # the second microbatch reaches the replica before its step is done
+    first_backward_done = 3 * hop + c + head
+    second_backward_done = first_backward_done + avg + c + 2 * hop + head
+    assert res.training_time_s == pytest.approx(second_backward_done + avg, rel=1e-12)
+    assert res.averaging_s == pytest.approx(2 * avg)
+
+
+def test_direct_exchange_is_paced_by_the_slowest_pair() -> None:
     link = geo_matrix().link
-    nodes = [Node(f"p{i}", 0, r, "T4", 1.0, 0.5) for i, r in enumerate(["Iowa", "Iowa", "Germany"])]
-    slowest = link("Iowa", "Germany")
-    expected = 2 * 2 / 3 * 1e9 / slowest.bandwidth_bytes_s + 2 * 2 * slowest.latency_s
-    assert ring_allreduce_s(nodes, 1e9, link) == pytest.approx(expected)
-    assert ring_allreduce_s(nodes[:1], 1e9, link) == 0.0
+    nodes = [Node(f"p{i}", 0, r, "T4", 1.0, 0.5) for i, r in enumerate(["Iowa", "Iowa", "Japan", "London"])]
+    slowest = min(
+        (link(a, b) for a in ("Iowa", "Japan", "London") for b in ("Iowa", "Japan", "London") if a != b),
+        key=lambda lk: lk.bandwidth_bytes_s,
+    )
+    assert direct_exchange_s(nodes, 1e9, link) == pytest.approx(
+        slowest.latency_s + 1e9 / slowest.bandwidth_bytes_s
+    )
+    assert direct_exchange_s(nodes[:1], 1e9, link) == 0.0
+    same = geo_matrix().same_region
+    assert direct_exchange_s(nodes[:2], 1e9, link) == pytest.approx(
+        same.latency_s + 1e9 / same.bandwidth_bytes_s
+    )
 
 
 def test_conservation_under_heavy_churn(churny) -> None:
