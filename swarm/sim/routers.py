@@ -62,6 +62,9 @@ class _Planned:
     def on_done(self, node: str, hop: str, seconds: float, now: float) -> None:
         pass
 
+    def on_timeout(self, node: str, peer: str, now: float) -> None:
+        pass  # the simulator stops offering the peer to this sender; the plan changes on expiry
+
     def join_stage(self, eligible: list[int], now: float) -> int:
         """GWTF's join rule: the bottleneck stage of the current flow, if this GPU can hold it."""
         try:
@@ -246,9 +249,14 @@ class SwarmBaseline:
         self._router(node).on_done(hop, self.sim.nodes[hop].compute_s, now)
 
     def on_crash(self, peer: str, now: float) -> None:
+        """The peer's record expired: every sender drops its estimates of it."""
         self._routers.pop(peer, None)
         for router in self._routers.values():
             router.forget(peer)
+
+    def on_timeout(self, node: str, peer: str, now: float) -> None:
+        """`node` timed out on `peer`: only its own estimates go (SWARM learns from its requests)."""
+        self._router(node).forget(peer)
 
     def on_join(self, peer: PeerSpec, now: float) -> None:
         pass

@@ -16,7 +16,7 @@ Faults follow swarm/recovery/policy.py, the rules the live peers use: a sender n
 hop after its adaptive timeout and re-sends the stored activations to a replacement (forward
 reroute); a backward pass that meets a dead hop is re-run from the first dead hop of its recorded
 path (re-execution); a stage with no live peer holds its microbatches until a joiner has downloaded
-the stage's state. Data holders do not crash.
+the stage's state. Data holders do not crash. Who knows of a crash when: swarm/sim/faults.py.
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from typing import Protocol
 
 from swarm.flow.cost import HolderRoutes
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec, geo_matrix
-from swarm.recovery.policy import adaptive_timeout, find_break, stage_must_wait
+from swarm.recovery.policy import adaptive_timeout, stage_must_wait
 from swarm.sim.allreduce import averaging_s
 from swarm.sim.engine import EventQueue
+from swarm.sim.faults import Faults
 from swarm.sim.hardware import FORWARD_SHARE, gpu
 from swarm.sim.metrics import SimResult
 from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity_stage
@@ -49,7 +50,8 @@ from swarm.sim.state import LoadView, Microbatch, Node
     READY,
     ITER_START,
     END,
-) = range(13)
+    EXPIRE,
+) = range(14)
 
 
 class Router(Protocol):
@@ -62,14 +64,17 @@ class Router(Protocol):
     def on_sent(self, node: str, hop: str, now: float) -> None: ...
     def on_done(self, node: str, hop: str, seconds: float, now: float) -> None: ...
     def on_crash(self, peer: str, now: float) -> None: ...
+    def on_timeout(self, node: str, peer: str, now: float) -> None: ...
     def on_join(self, peer: PeerSpec, now: float) -> None: ...
     def join_stage(self, eligible: list[int], now: float) -> int: ...
     def routes(self, now: float) -> HolderRoutes | None: ...
     def messages(self) -> int: ...
 
 
-class Simulation:
+class Simulation(Faults):
     """One scenario, one router. `run()` returns the `SimResult`."""
+
+    RECOVER, JOIN, EXPIRE = RECOVER, JOIN, EXPIRE  # event kinds the fault mixin schedules
 
     def __init__(self, scenario: Scenario, router: Router) -> None:
         self.sc, self.router = scenario, router
@@ -80,6 +85,8 @@ class Simulation:
         self.q = EventQueue()
         self.nodes: dict[str, Node] = {}
         self.live: list[list[str]] = [[] for _ in range(self.stages)]
+        self.gone: list[list[str]] = [[] for _ in range(self.stages)]  # crashed, record not expired
+        self.known_dead: dict[str, set[str]] = {}  # sender -> gone peers it timed out on
         self.load = LoadView(self.nodes)
         self.mbs: dict[int, Microbatch] = {}
         self.waiting: list[list[int]] = [[] for _ in range(self.stages)]
@@ -117,9 +124,10 @@ class Simulation:
         return found
 
     def instance(self) -> Instance | None:
-        """The swarm as the routing sees it now (live, serving peers); None while a stage is empty."""
+        """The swarm as the routing sees it now: serving peers whose records have not expired (a
+        crashed peer stays until its record expires); None while a stage is empty."""
         if self._instance is None:
-            peers = [self.spec(p) for stage in self.live for p in stage]
+            peers = [self.spec(p) for s in range(self.stages) for p in self.live[s] + self.gone[s]]
             holders = [
                 HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
                 for h in self.holders
@@ -200,7 +208,7 @@ class Simulation:
         if k == self.stages:
             self.q.push(self._transfer(src, self.nodes[mb.holder], now), HOME_ARRIVE, mb.id, mb.gen)
             return
-        candidates = self.live[k]
+        candidates = self._candidates(sender, k)
         if stage_must_wait(candidates):
             self.waiting[k].append(mb.id)
             self.res.stalls += 1
@@ -208,9 +216,12 @@ class Simulation:
         target = self.router.next_hop(mb.holder, sender, k, candidates, now)
         mb.path.append(target)
         dst = self.nodes[target]
-        dst.resident.add(mb.id)
         mb.sent_at, mb.task, mb.pos = now, None, k
         self.router.on_sent(sender, target, now)
+        if not dst.alive:  # crashed, not yet known to the sender: no answer until its timeout
+            self.q.push(now + self._timeout(sender), RECOVER, mb.id, mb.gen)
+            return
+        dst.resident.add(mb.id)
         self.q.push(self._transfer(src, dst, now), FWD_ARRIVE, mb.id, mb.gen)
 
     def _send_backward(self, mb: Microbatch, sender: str, k: int, now: float) -> None:
@@ -232,79 +243,6 @@ class Simulation:
         self.nodes[mb.sender].samples.append(seconds)
         if forward:
             self.router.on_done(mb.sender, node.id, seconds, now)
-
-    # --------------------------------------------------------------------- faults
-    def _restart(self, mb: Microbatch, now: float) -> None:
-        """Resume a microbatch whose path met a dead peer: from the first dead hop of its recorded
-        path (find_break), via the hop before it, which still holds the activations it sent."""
-        k = find_break(mb.path, lambda p: self.nodes[p].alive)
-        if k is None:
-            k = len(mb.path)
-        waste = sum(mb.compute[k:]) + mb.holder_compute
-        if mb.backward or waste > 0:
-            self.res.reexecuted += 1
-        else:
-            self.res.rerouted += 1
-        self.wasted_s += sum(mb.compute[k:])
-        for j in range(k, len(mb.path)):
-            peer = self.nodes[mb.path[j]]
-            peer.stash.discard(mb.id)
-            peer.carried.discard(mb.id)
-            peer.resident.discard(mb.id)
-            mb.compute[j] = 0.0
-        mb.holder_compute = 0.0
-        del mb.path[k:]
-        mb.backward = False
-        mb.gen += 1
-        self._send_forward(mb, mb.path[k - 1] if k > 0 else mb.holder, k, now)
-
-    def _crash(self, pid: str, now: float) -> None:
-        node = self.nodes[pid]
-        if not node.alive:
-            return
-        node.alive, node.died_s = False, now
-        self.res.crashes += 1
-        self.res.churn_times.append((now, "crash"))
-        if node.ready_s is None:
-            return  # died while downloading: never served
-        self.live[node.stage].remove(pid)
-        self._instance = None
-        self.router.on_crash(pid, now)
-        for mid in sorted(node.resident):
-            mb = self.mbs[mid]
-            if mb.task is not None and mb.task[0] == pid:
-                _, start, end = mb.task
-                if start < now:
-                    self.wasted_s += min(now, end) - start
-                node.busy_s -= end - max(start, now) if end > now else 0.0
-            mb.gen += 1
-            self.q.push(now + self._timeout(mb.sender), RECOVER, mid, mb.gen)
-        node.resident.clear()
-        for mid in node.carried:
-            mb = self.mbs[mid]
-            if not mb.lost:
-                mb.lost = True
-                self.res.microbatches_lost += 1
-
-    def _join(self, now: float) -> None:
-        machine = self.churn.pop_join()
-        self.q.push(self.churn.next_join_s(), JOIN)
-        self.res.joins += 1
-        self.res.churn_times.append((now, "join"))
-        self._place(machine, initial=False)
-
-    def _ready(self, pid: str, now: float) -> None:
-        node = self.nodes[pid]
-        if not node.alive:
-            return
-        node.ready_s = now
-        node.hold_s = self.stage_ready[node.stage]
-        self.live[node.stage].append(pid)
-        self._instance = None
-        self.router.on_join(self.spec(pid), now)
-        parked, self.waiting[node.stage] = self.waiting[node.stage], []
-        for mid in parked:
-            self._restart(self.mbs[mid], now)
 
     # ----------------------------------------------------------------- iterations
     def _start_iteration(self, now: float) -> None:
@@ -408,6 +346,8 @@ class Simulation:
                 self._join(now)
             elif kind == READY:
                 self._ready(payload[0], now)
+            elif kind == EXPIRE:
+                self._expire(payload[0], now)
             elif kind == ITER_START:
                 if res.iterations >= self.sc.iterations:
                     break
