@@ -32,10 +32,10 @@ EPS = 1e-9
 T0 = 2.0  # annealing start temperature, in milliseconds of path cost (GWTF: T0 about 2, x0.95)
 COOLING = 0.95
 T_MIN = 0.05
-COST_GRAIN_S = 0.002  # route-cost changes under 2 ms are not announced
-COST_REL = 0.01  # nor those under 1%
+COST_GRAIN_S = 0.01  # route-cost changes under 10 ms are not announced
+COST_REL = 0.05  # nor those under 5%
 READY_WAIT = 40.0  # retry periods to wait for silent next hops before the first push
-COST_HOLD = 4.0  # at most one costs-only announcement per COST_HOLD announcement periods
+COST_HOLD = 20.0  # at most one costs-only announcement per COST_HOLD announcement periods
 
 
 class Env(Protocol):
@@ -62,6 +62,32 @@ def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
     news it must get), then route costs (best effort)."""
     reach = tuple(h for h, c in sorted(state.cheapest.items()) if math.isfinite(c))
     return (state.spare > EPS, (tuple(sorted(state.labels.items())), reach), dict(state.cheapest))
+
+
+NONE, COSTS, BAD, GOOD = 0, 1, 2, 3
+
+
+def _news(told: tuple | None, now: tuple, upstream: bool) -> int:
+    """What a neighbour that last heard `told` would learn from `now` (see `Node._publish`)."""
+    if told is None:
+        return GOOD
+    old_labels, old_reach = told[1]
+    new_labels, new_reach = now[1]
+    if upstream and now[0] and not told[0]:
+        return GOOD
+    if old_labels != new_labels:
+        before = dict(old_labels)
+        if any(lab < before.get(h, lab + 1) for h, lab in new_labels):
+            return GOOD
+        return BAD
+    if upstream:
+        if old_reach != new_reach:
+            return GOOD if set(new_reach) - set(old_reach) else BAD
+        if told[0] != now[0]:
+            return BAD
+        if _moved(told[2], now[2]):
+            return COSTS
+    return NONE
 
 
 def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
@@ -231,27 +257,37 @@ class Node:
         """Tell each neighbour what changed for it since it last heard from us.
 
         Upstream neighbours (who push to us) need fullness, labels and route costs; downstream ones
-        only our labels, and only if they hold flow from us (offers carry our state anyway). Fullness
-        and label news is reliable; route-cost news is sent best effort (a lost one costs quality,
-        never correctness) and batched, because it cascades through every stage.
+        only our labels, and only if they hold flow from us (offers carry our state anyway). Good
+        news (spare again, a lower label, a holder reachable again) is reliable: missing it could
+        leave flow unrouted. Bad news and route costs are best effort: a neighbour that missed them
+        learns the truth from our reply to its next offer. Cost-only news is batched, because it
+        cascades through every stage.
         """
+        if not getattr(self, "ready", True):
+            return  # nobody can use our state before our route costs are known (see check_ready)
         st = self.state()
         now = _summary(st)
-        reliable: list[str] = []
-        costly: list[str] = []
+        good: list[str] = []
+        other: list[str] = []
+        costs_only = True
         for node in sorted(self.prev):
-            told = self._told.get(node)
-            if told is None or told[0] != now[0] or told[1] != now[1]:
-                reliable.append(node)
-            elif _moved(told[2], now[2]):
-                costly.append(node)
+            news = _news(self._told.get(node), now, upstream=True)
+            if news == GOOD:
+                good.append(node)
+            elif news:
+                other.append(node)
+                costs_only = costs_only and news == COSTS
         for node in sorted(self.downstream() - self.prev):
-            told = self._told.get(node)
-            if node not in self.holders and (told is None or told[1] != now[1]):
-                reliable.append(node)
-        if not reliable and not costly:
+            if node not in self.holders:
+                news = _news(self._told.get(node), now, upstream=False)
+                if news == GOOD:
+                    good.append(node)
+                elif news:
+                    other.append(node)
+                    costs_only = False
+        if not good and not other:
             return
-        if not reliable:
+        if not good and costs_only:
             wait = self._cost_at + COST_HOLD * self.announce_s - self.now
             if wait > EPS:  # only route costs moved: batch such news
                 self._announce_armed = True
@@ -259,9 +295,9 @@ class Node:
                 return
         self._cost_at = self.now
         body = Announce(st)
-        for node in reliable:
+        for node in good:
             self.send(node, body)
-        for node in costly:
+        for node in other:
             self.send(node, body, reliable=False)
 
     # ------------------------------------------------------- for subclasses
@@ -330,6 +366,7 @@ class Sender(Node):
                         return False
             self.ready = True
             self._cheap_cache.clear()
+            self.announce()
         return True
 
     # ---------------------------------------------------------- accounting
