@@ -80,3 +80,12 @@ def test_list_names_every_builtin() -> None:
     out = swarm("--list")
     assert out.returncode == 0
     assert "geo-10-regions-high-churn:llama-1.5b" in out.stdout.split()
+
+
+def test_overrides_for_a_scale_run() -> None:
+    from cli.sim import _override
+    from swarm.sim.scenario import builtin_scenario
+
+    sc = _override(builtin_scenario("geo-10-regions-high-churn"), "gpt-1.5b", 1000, 16, 1.0)
+    assert (sc.peer_count, sc.stages, sc.max_time_s, sc.model.name) == (1000, 16, 3600.0, "gpt-1.5b")
+    assert sc.name == "geo-10-regions-high-churn:gpt-1.5b:1000p:16s:1h" and sc.iterations >= 10**9
