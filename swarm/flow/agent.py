@@ -67,7 +67,7 @@ def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
 NONE, COSTS, BAD, GOOD = 0, 1, 2, 3
 
 
-def _news(told: tuple | None, now: tuple, upstream: bool) -> int:
+def _news(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -> int:
     """What a neighbour that last heard `told` would learn from `now` (see `Node._publish`)."""
     if told is None:
         return GOOD
@@ -86,8 +86,13 @@ def _news(told: tuple | None, now: tuple, upstream: bool) -> int:
         if told[0] != now[0]:
             return BAD
         if _moved(told[2], now[2]):
-            return COSTS
+            return COSTS if sender or _cheaper(told[2], now[2]) else NONE
     return NONE
+
+
+def _cheaper(old: dict[str, float], new: dict[str, float]) -> bool:
+    """Did some route get cheaper (news for every upstream; dearer routes only concern senders)?"""
+    return any(c < old.get(h, INF) for h, c in new.items())
 
 
 def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
@@ -249,6 +254,10 @@ class Node:
             self._announce_armed = True
             self.env.set_timer(self.id, self.announce_s, "announce")
 
+    def senders(self) -> set[str]:
+        """Upstream nodes whose flow we carry: they care when our route gets dearer."""
+        return set()
+
     def downstream(self) -> set[str]:
         """Next hops that hold flow from us: they need our labels to return flow (nobody else does)."""
         return set()
@@ -270,8 +279,9 @@ class Node:
         good: list[str] = []
         other: list[str] = []
         costs_only = True
+        senders = self.senders()
         for node in sorted(self.prev):
-            news = _news(self._told.get(node), now, upstream=True)
+            news = _news(self._told.get(node), now, upstream=True, sender=node in senders)
             if news == GOOD:
                 good.append(node)
             elif news:

@@ -63,6 +63,9 @@ class PeerAgent(Sender):
     def supply(self, h: str) -> float:
         return sum(self.inflow[h].values())
 
+    def senders(self) -> set[str]:
+        return {u for flows in self.inflow.values() for u, r in flows.items() if r > EPS}
+
     def is_holder(self, node: str) -> bool:
         return node in self.holders
 
