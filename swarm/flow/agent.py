@@ -365,14 +365,14 @@ class Sender(Node):
     def check_ready(self) -> bool:
         """Push nothing before every next hop told its route cost: the first pushes pick the cheapest.
 
-        Route costs cascade up from the last stage, so the swarm's first flow follows cheapest paths
-        instead of whichever neighbour spoke first. A next hop that never speaks is waited for only
-        until the "ready" timer (READY_WAIT retry periods) fires.
+        A node publishes nothing before it is ready itself, so route costs cascade up from the last
+        stage and the swarm's first flow follows cheapest paths instead of whichever neighbour spoke
+        first. A next hop that never speaks is waited for only until the "ready" timer fires.
         """
         if not self.ready:
             for h in self.holders:
                 for v in self.targets(h):
-                    if v not in self.holders and not math.isfinite(self.target_cheapest(h, v)):
+                    if v not in self.holders and v not in self.views:
                         return False
             self.ready = True
             self._cheap_cache.clear()

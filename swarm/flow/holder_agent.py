@@ -54,12 +54,12 @@ class HolderAgent(Sender):
             self.send(src, CancelDone(body.cancel_id, body.holder, got, self.state()))
 
     def forget(self, node: str) -> None:
+        """A neighbour left: like a peer, only a holder that lost flow gets a few moves back."""
+        lost = self.out[self.id].get(node, 0.0) > EPS
         self.sink_in.pop(node, None)
         self.forget_target(node)
-        self.budget = max(self.budget, 2 + len(self.next) // 2)
-
-    def on_joined(self) -> None:
-        self.budget = max(self.budget, 2 + len(self.next) // 2)
+        if lost:
+            self.budget = max(self.budget, 2)
 
     def set_demand(self, demand: float) -> None:
         self.demand = demand

@@ -27,6 +27,7 @@ from swarm.flow.messages import (
 )
 
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
+REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
 HOLD_S_FACTOR = 2.0  # after a swap hint, wait this many retry periods before returning flow
 
 
@@ -223,16 +224,22 @@ class PeerAgent(Sender):
         """The hold after a swap hint expired: settle() may now return flow upstream."""
 
     def forget(self, node: str) -> None:
-        self.preempts = max(self.preempts, self.base_budget())
+        """A neighbour left: its flow vanishes. Only a peer that lost flow gets a few moves back
+        (REPAIR_MOVES): re-improving the whole neighbourhood would make churn cost more rounds
+        than the first convergence."""
+        lost = any(
+            self.inflow[h].get(node, 0.0) > EPS or self.out[h].get(node, 0.0) > EPS for h in self.holders
+        )
         for h in self.holders:
             self.inflow[h].pop(node, None)
             self.bids[h].pop(node, None)
         self.forget_target(node)
-        self.budget = max(self.budget, self.base_budget())
+        if lost:
+            self.budget = max(self.budget, REPAIR_MOVES)
+            self.preempts = max(self.preempts, REPAIR_MOVES)
 
     def on_joined(self) -> None:
-        self.budget = max(self.budget, self.base_budget())
-        self.preempts = max(self.preempts, self.base_budget())
+        """A newcomer announces itself; peers with excess push to it, nobody re-plans for it."""
 
     def base_budget(self) -> int:
         return 2 + len(self.next) // 2
