@@ -3,9 +3,11 @@
 Two exchange patterns, chosen by the scenario's `averaging` key:
 
 `direct` (default) is what the live peers do (swarm/averaging/replicas.py, and the GWTF prototype):
-every replica sends its whole accumulated gradient (B bytes, bf16) to every other replica of the
-stage, all sends at once over their own links. It ends when the slowest pair has delivered:
-max over ordered pairs of (lat + B / bw). Links are independent, as for activations (no NIC cap).
+every replica that carried microbatches sends its whole accumulated gradient (B bytes, bf16) to
+every other replica of the stage as soon as its own last backward of the iteration is done, all
+sends at once over their own links (independent, as for activations: no NIC cap); a replica steps
+when the last contribution has arrived. So replicas that finish early overlap their sends with the
+rest of the iteration, and the slowest pair of links paces the stage.
 
 `ring` is the textbook bandwidth-optimal all-reduce, for planning what it would save:
 A ring all-reduce (reduce-scatter then all-gather) of B bytes among n replicas takes 2(n-1) steps; in
@@ -25,6 +27,7 @@ cross.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from swarm.flow.instance import Link
 
@@ -111,37 +114,51 @@ def best_region_ring(regions: Sequence[str], link: LinkOf) -> list[str]:
 _RING_CACHE: dict[tuple, tuple[str, ...]] = {}  # keyed by the regions and their links
 
 
-class _HasRegion:
-    region: str
-    id: str
-
-
-def direct_exchange_s(replicas: Sequence[_HasRegion], param_bytes: float, link: LinkOf) -> float:
-    """Seconds of the live swarm's all-to-all gradient exchange (see the module docstring)."""
-    regions = sorted({r.region for r in replicas})
-    if len(replicas) < 2:
-        return 0.0
-    worst = 0.0
-    pairs = [(a, b) for a in regions for b in regions if a != b]
-    if len(regions) < len(replicas):  # two replicas share a region: the intra-region link counts too
-        pairs += [(a, a) for a in regions if sum(r.region == a for r in replicas) > 1]
-    for a, b in pairs:
-        hop = link(a, b)
-        worst = max(worst, hop.latency_s + param_bytes / hop.bandwidth_bytes_s)
-    return worst
-
-
 AVERAGING = ("direct", "ring")
 
 
-def averaging_s(kind: str, replicas: Sequence[_HasRegion], param_bytes: float, link: LinkOf) -> float:
-    """Seconds one stage's replicas spend averaging one iteration's gradients."""
+class Replica(Protocol):
+    id: str
+    region: str
+    carried: set  # microbatches whose gradient it accumulated this iteration
+    last_bwd: float  # when it finished its last backward of the iteration
+
+
+def step_times(
+    kind: str, replicas: Sequence[Replica], param_bytes: float, link: LinkOf, now: float
+) -> dict[str, float]:
+    """When each replica of a stage has the averaged gradient and takes its step.
+
+    `direct`: replica r sends as soon as its own last backward is done, so q steps at
+    max(q's own last backward, max over other carriers r of r.last_bwd + lat(r,q) + B/bw(r,q)).
+    A replica that carried nothing sends nothing (it still receives). `ring`: the ring starts when
+    the last carrier is done and ends for everyone at once. `now` (the iteration's end) is the
+    floor where no gradient has to arrive."""
+    carriers = [r for r in replicas if r.carried]
     if kind == "ring":
-        return ring_allreduce_s(replicas, param_bytes, link)
-    return direct_exchange_s(replicas, param_bytes, link)
+        start = max((r.last_bwd for r in carriers), default=now)
+        end = start + ring_allreduce_s(replicas, param_bytes, link)
+        return {r.id: end for r in replicas}
+    # the two latest carriers per region suffice: q excludes only itself
+    top: dict[str, list[tuple[float, str]]] = {}
+    for r in carriers:
+        best = top.setdefault(r.region, [])
+        best.append((r.last_bwd, r.id))
+        best.sort(reverse=True)
+        del best[2:]
+    out = {}
+    for q in replicas:
+        ready = q.last_bwd if q.carried else now
+        for region, best in top.items():
+            done = next((t for t, rid in best if rid != q.id), None)
+            if done is not None:
+                hop = link(region, q.region)
+                ready = max(ready, done + hop.latency_s + param_bytes / hop.bandwidth_bytes_s)
+        out[q.id] = ready
+    return out
 
 
-def ring_allreduce_s(replicas: Sequence[_HasRegion], param_bytes: float, link: LinkOf) -> float:
+def ring_allreduce_s(replicas: Sequence[Replica], param_bytes: float, link: LinkOf) -> float:
     """Seconds of a ring all-reduce of `param_bytes` among `replicas` (see the module docstring)."""
     n = len(replicas)
     if n < 2:

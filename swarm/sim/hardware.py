@@ -9,8 +9,9 @@ The figures are first-order estimates, good enough to rank routers, not to predi
   round middle. A scenario can override it.
 - Forward is one third of a hop's compute, backward two thirds (the 2:4 split above).
 - Activations crossing a stage boundary: microbatch * seq_len * hidden values in bf16.
-- A peer's capacity in the flow is the number of microbatches it can hold in flight (GWTF's
-  notion): memory left after the stage's state over one microbatch's stash, capped at MAX_IN_FLIGHT.
+- Memory decides which stages a GPU can serve: the stage's state plus at least one microbatch's
+  stash must fit (`stage_slots` >= 1). A peer's capacity in the flow is not memory but what a live
+  peer publishes: its measured throughput, 1 / compute time (see Simulation.spec).
 - Memory a stage needs: 16 bytes per parameter (bf16 weights and grads, fp32 master weights and
   Adam moments) plus 34 * seq_len * microbatch * hidden bytes of stashed activations per layer for
   one microbatch in flight (Korthikanti et al., flash attention so no seq^2 term).

@@ -27,7 +27,7 @@ class SimResult:
     stalls: int = 0  # microbatches that waited for a stage with no live peer
     crashes: int = 0
     joins: int = 0
-    averaging_s: float = 0.0
+    averaging_s: float = 0.0  # per iteration, from its end until its last replica step, summed
     protocol_messages: int = 0
     events: int = 0
     # series for the plots (not printed)

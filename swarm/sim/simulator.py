@@ -5,12 +5,11 @@ bandwidth, then one-way latency), queue FIFO at the receiver's GPU, and take its
 backward (2/3) compute time. Backward follows the recorded forward path. An iteration ends when all
 its microbatches are back home.
 
-Averaging (swarm/sim/allreduce.py) overlaps as far as the synchronous step allows: a stage's replicas
-start exchanging gradients as soon as the stage's last backward of the iteration is done (stages
-near the end of the pipeline finish first), and the stage computes nothing of the next iteration
-until its step is taken. The holders inject the next iteration at once; its microbatches queue at
-a stage that is still averaging. The holders' own embedding/head averaging is not modelled (it
-would add the same delay for every router).
+Averaging (swarm/sim/allreduce.py) overlaps as far as the synchronous step allows: a replica sends
+its gradient as soon as its own last backward of the iteration is done, and computes nothing of the
+next iteration until it has taken its step. The holders inject the next iteration at once; its
+microbatches queue at replicas that are still averaging. The holders' own embedding/head averaging
+is not modelled (it would add the same delay for every router).
 
 Faults follow swarm/recovery/policy.py, the rules the live peers use: a sender notices a dead next
 hop after its adaptive timeout and re-sends the stored activations to a replacement (forward
@@ -27,7 +26,7 @@ from typing import Protocol
 from swarm.flow.cost import HolderRoutes
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec, geo_matrix
 from swarm.recovery.policy import adaptive_timeout, stage_must_wait
-from swarm.sim.allreduce import averaging_s
+from swarm.sim.allreduce import step_times
 from swarm.sim.engine import EventQueue
 from swarm.sim.faults import Faults
 from swarm.sim.hardware import FORWARD_SHARE, gpu
@@ -35,6 +34,8 @@ from swarm.sim.metrics import SimResult
 from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity_stage
 from swarm.sim.scenario import Scenario
 from swarm.sim.state import LoadView, Microbatch, Node
+
+HOLDER_DEMAND_MB_S = 1000.0  # a live holder's flow demand (swarm/runner.py): all the swarm can carry
 
 (
     FWD_ARRIVE,
@@ -100,7 +101,6 @@ class Simulation(Faults):
         self.next_mb = 0
         self.snapshot_iter = max(scenario.iterations // 2, 0)
         self.param_bytes = [model.stage_param_bytes(n) for n in self.layers]
-        self.stage_done = [0.0] * self.stages  # last backward of this iteration, per stage
         self.stage_ready = [0.0] * self.stages  # when the stage has taken its last step
         self._traffic: dict[tuple[str, str], int] | None = None
         hgpu = gpu(scenario.holder_gpu)
@@ -113,7 +113,7 @@ class Simulation(Faults):
         for machine in self.churn.initial():
             self._place(machine, initial=True)
         share, extra = divmod(scenario.global_batch, len(self.holders))
-        self.demand = {h: float(share + (1 if i < extra else 0)) for i, h in enumerate(self.holders)}
+        self.batch_share = {h: share + (1 if i < extra else 0) for i, h in enumerate(self.holders)}
 
     # ------------------------------------------------------------- views for routers
     def link(self, a_region: str, b_region: str) -> Link:
@@ -129,7 +129,7 @@ class Simulation(Faults):
         if self._instance is None:
             peers = [self.spec(p) for s in range(self.stages) for p in self.live[s] + self.gone[s]]
             holders = [
-                HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
+                HolderSpec(h, HOLDER_DEMAND_MB_S, self.nodes[h].compute_s, self.nodes[h].region)
                 for h in self.holders
             ]
             try:
@@ -139,11 +139,11 @@ class Simulation(Faults):
         return self._instance
 
     def spec(self, peer: str) -> PeerSpec:
-        """The peer as the flow sees it. Capacity is the number of microbatches it can hold in
-        flight (GWTF's notion) and a holder's demand is its microbatches per iteration, so the flow
-        says how many of an iteration's microbatches each path carries, and dispatch follows it."""
+        """The peer as the flow sees it: what a live peer publishes (swarm/runner.py), its measured
+        throughput in microbatches/s (forward + backward) as capacity and 1/throughput as compute
+        time; holders ask for HOLDER_DEMAND_MB_S. The flow's rates become dispatch shares."""
         n = self.nodes[peer]
-        return PeerSpec(n.id, n.stage, float(n.slots), n.compute_s, n.region)
+        return PeerSpec(n.id, n.stage, 1.0 / n.compute_s, n.compute_s, n.region)
 
     def stage_capacity(self) -> list[float]:
         return [sum(1.0 / self.nodes[p].compute_s for p in self.live[s]) for s in range(self.stages)]
@@ -171,7 +171,6 @@ class Simulation(Faults):
             self.sc.model.compute_s(self.layers[stage], g, self.sc.mfu),
             FORWARD_SHARE,
         )
-        node.slots = self.sc.model.stage_slots(self.layers[stage], g)
         self.nodes[m.id] = node
         if m.dies_s < math.inf:
             self.q.push(m.dies_s, CRASH, m.id)
@@ -249,7 +248,7 @@ class Simulation(Faults):
         self._traffic = {} if self.res.iterations == self.snapshot_iter else None
         self.iter_done = 0
         for holder in self.holders:
-            for _ in range(int(self.demand[holder])):
+            for _ in range(self.batch_share[holder]):
                 mb = Microbatch(self.next_mb, holder, self.stages)
                 self.mbs[mb.id] = mb
                 self.next_mb += 1
@@ -264,15 +263,15 @@ class Simulation(Faults):
                 "nodes": {n.id: [n.stage, n.region] for n in self.nodes.values() if n.alive},
             }
             self._traffic = None
-        longest, last = 0.0, now
+        last = now
         for s in range(self.stages):
             replicas = [self.nodes[p] for p in self.live[s]]
-            cost = averaging_s(self.sc.averaging, replicas, self.param_bytes[s], self.link)
-            ready = self.stage_ready[s] = self.stage_done[s] + cost
+            steps = step_times(self.sc.averaging, replicas, self.param_bytes[s], self.link, now)
             for node in replicas:
-                node.hold_s = ready
-            longest, last = max(longest, cost), max(last, ready)
-        self.res.averaging_s += longest
+                node.hold_s = steps[node.id]
+            self.stage_ready[s] = ready = max(steps.values(), default=now)
+            last = max(last, ready)
+        self.res.averaging_s += last - now
         self.res.iterations += 1
         self.mbs.clear()
         for node in self.nodes.values():
@@ -319,7 +318,7 @@ class Simulation(Faults):
                     k = mb.pos
                     node = nodes[mb.path[k]]
                     self._hop_done(mb, node, now, False)
-                    self.stage_done[k] = now
+                    node.last_bwd = now
                     node.stash.discard(mb.id)
                     node.carried.add(mb.id)
                     mb.compute[k] += node.bwd_s

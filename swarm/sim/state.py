@@ -14,7 +14,6 @@ class Node:
         "stage",
         "region",
         "gpu",
-        "slots",
         "compute_s",
         "fwd_s",
         "bwd_s",
@@ -23,6 +22,7 @@ class Node:
         "died_s",
         "free_at",
         "hold_s",
+        "last_bwd",
         "busy_s",
         "resident",
         "stash",
@@ -33,7 +33,6 @@ class Node:
     def __init__(self, id: str, stage: int, region: str, gpu: str, compute_s: float, fwd_share: float):
         self.id, self.stage, self.region, self.gpu = id, stage, region, gpu
         self.compute_s = compute_s
-        self.slots = 0  # microbatches it can hold in flight (memory): its capacity in the flow
         self.fwd_s = compute_s * fwd_share
         self.bwd_s = compute_s - self.fwd_s
         self.alive = True
@@ -41,6 +40,7 @@ class Node:
         self.died_s: float | None = None
         self.free_at = 0.0
         self.hold_s = 0.0  # no compute before this: the stage is still averaging the last iteration
+        self.last_bwd = 0.0  # its last backward of the current iteration (when its gradient is ready)
         self.busy_s = 0.0
         self.resident: set[int] = set()  # microbatches in flight to, queued at or computing here
         self.stash: set[int] = set()  # forward done here, backward not yet: activations kept

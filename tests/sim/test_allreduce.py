@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from swarm.flow.instance import geo_matrix
-from swarm.sim.allreduce import averaging_s, best_region_ring, ring_allreduce_s
+from swarm.sim.allreduce import best_region_ring, ring_allreduce_s, step_times
 from swarm.sim.scenario import GEO10
 from swarm.sim.state import Node
 
@@ -18,7 +18,11 @@ def test_ring_cost_is_2_n_minus_1_steps_of_the_slowest_hop() -> None:
     cross = link("Iowa", "Germany")
     expected = 2 * 2 * (1e9 / 3 / cross.bandwidth_bytes_s + cross.latency_s)
     assert ring_allreduce_s(nodes, 1e9, link) == pytest.approx(expected)
-    assert averaging_s("ring", nodes, 1e9, link) == pytest.approx(expected)
+    for i, n in enumerate(nodes):
+        n.carried, n.last_bwd = {i}, float(i)
+    assert step_times("ring", nodes, 1e9, link, now=5.0) == pytest.approx(
+        {n.id: 2.0 + expected for n in nodes}
+    )
     assert ring_allreduce_s(nodes[:1], 1e9, link) == 0.0
 
 

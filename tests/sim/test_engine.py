@@ -7,10 +7,9 @@ from conftest import small
 from helpers import LeastLoaded
 
 from swarm.flow.instance import geo_matrix
-from swarm.sim.allreduce import direct_exchange_s
+from swarm.sim.allreduce import step_times
 from swarm.sim.hardware import FORWARD_SHARE, PRESETS, gpu
 from swarm.sim.simulator import Simulation
-from swarm.sim.state import Node
 
 
 def test_single_pipeline_iteration_time_is_exact() -> None:
@@ -70,10 +69,10 @@ def test_two_microbatches_queue_behind_each_other() -> None:
     assert res.training_time_s == pytest.approx(max(done0, done1), rel=1e-12)
 
 
-def test_averaging_overlaps_up_to_the_stage_step() -> None:
-    """One stage, replicas in Iowa and Germany, one microbatch per iteration on the Iowa replica:
-    the stage averages after its backward, the next iteration waits at the stage for its step, and
-    training ends when the last step is taken."""
+def test_averaging_overlaps_up_to_each_replica_step() -> None:
+    """One stage, replicas in Iowa and Germany, one microbatch per iteration, carried by the Iowa
+    replica: Iowa needs nobody's gradient and goes on at once; Germany steps when Iowa's gradient
+    has crossed the Atlantic, and training ends with that last step."""
     peers = [
         {"gpu": "A100-80GB", "region": "Iowa", "stage": 0},
         {"gpu": "T4", "region": "Germany", "stage": 0},
@@ -85,35 +84,43 @@ def test_averaging_overlaps_up_to_the_stage_step() -> None:
         holders={"regions": ["Iowa"]},
         training={"iterations": 2, "global_batch": 1},
     )
-    sim = Simulation(sc, LeastLoaded())
-    res = sim.run()
+    res = Simulation(sc, LeastLoaded()).run()
     same, cross = geo_matrix().same_region, geo_matrix().link("Iowa", "Germany")
     hop = sc.model.activation_bytes / same.bandwidth_bytes_s + same.latency_s
     c = sc.model.compute_s(2, gpu("A100-80GB"), 0.4)
     head = sc.model.holder_compute_s(gpu("A100-80GB"), 0.4)
-    avg = cross.latency_s + sc.model.stage_param_bytes(2) / cross.bandwidth_bytes_s
-    assert avg > 2 * hop  # the second microbatch reaches the replica before its step is done
+    send = cross.latency_s + sc.model.stage_param_bytes(2) / cross.bandwidth_bytes_s
     first_backward_done = 3 * hop + c + head
-    second_backward_done = first_backward_done + avg + c + 2 * hop + head
-    assert res.training_time_s == pytest.approx(second_backward_done + avg, rel=1e-12)
-    assert res.averaging_s == pytest.approx(2 * avg)
+    second_backward_done = first_backward_done + 4 * hop + c + head
+    assert send > hop
+    assert res.training_time_s == pytest.approx(second_backward_done + send, rel=1e-12)
+    assert res.averaging_s == pytest.approx(2 * (send - hop))
 
 
-def test_direct_exchange_is_paced_by_the_slowest_pair() -> None:
+class Rep:
+    def __init__(self, id: str, region: str, last_bwd: float, carried: bool = True) -> None:
+        self.id, self.region, self.last_bwd = id, region, last_bwd
+        self.carried = {1} if carried else set()
+
+
+def test_each_replica_steps_when_the_last_gradient_reaches_it() -> None:
     link = geo_matrix().link
-    nodes = [Node(f"p{i}", 0, r, "T4", 1.0, 0.5) for i, r in enumerate(["Iowa", "Iowa", "Japan", "London"])]
-    slowest = min(
-        (link(a, b) for a in ("Iowa", "Japan", "London") for b in ("Iowa", "Japan", "London") if a != b),
-        key=lambda lk: lk.bandwidth_bytes_s,
-    )
-    assert direct_exchange_s(nodes, 1e9, link) == pytest.approx(
-        slowest.latency_s + 1e9 / slowest.bandwidth_bytes_s
-    )
-    assert direct_exchange_s(nodes[:1], 1e9, link) == 0.0
-    same = geo_matrix().same_region
-    assert direct_exchange_s(nodes[:2], 1e9, link) == pytest.approx(
-        same.latency_s + 1e9 / same.bandwidth_bytes_s
-    )
+    reps = [
+        Rep("a", "Iowa", 10.0),
+        Rep("b", "Iowa", 12.0),
+        Rep("c", "Japan", 5.0),
+        Rep("d", "Japan", 0.0, False),
+    ]
+
+    def t(src: str, dst: str) -> float:
+        return link(src, dst).latency_s + 1e8 / link(src, dst).bandwidth_bytes_s
+
+    steps = step_times("direct", reps, 1e8, link, now=13.0)
+    assert steps["a"] == pytest.approx(max(12.0 + t("Iowa", "Iowa"), 5.0 + t("Japan", "Iowa")))
+    assert steps["b"] == pytest.approx(max(12.0, 10.0 + t("Iowa", "Iowa"), 5.0 + t("Japan", "Iowa")))
+    assert steps["c"] == pytest.approx(12.0 + t("Iowa", "Japan"))
+    assert steps["d"] == pytest.approx(max(13.0, 12.0 + t("Iowa", "Japan"), 5.0 + t("Japan", "Japan")))
+    assert step_times("direct", reps[:1], 1e8, link, now=13.0) == {"a": 10.0}
 
 
 def test_conservation_under_heavy_churn(churny) -> None:
