@@ -141,3 +141,32 @@ def churn(
         "wall_time_ratio": round(stormy["seconds"] / calm_seconds, 3),
     }  # fmt: skip
     typer.echo(json.dumps(result, indent=None if as_json else 2))
+
+
+@bench_app.command("recovery")
+@user_errors()
+def recovery(
+    model: str = typer.Option("llama-small-cpu"),
+    stages: int = typer.Option(4),
+    lost: int = typer.Option(1, help="The stage that loses every replica."),
+    iterations: int = typer.Option(150),
+    at: int = typer.Option(100, help="The iteration at which the stage is lost."),
+    age: int = typer.Option(10, help="Iterations since the latest checkpoint."),
+    seed: int = typer.Option(0),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """What losing a whole stage costs in loss: checkpoint restore vs neighbours (CheckFree) vs re-init."""
+    from swarm.config import TrainConfig
+    from swarm.recovery.cost import recovery_cost
+
+    if not 0 <= lost < stages or not 0 < age <= at < iterations:
+        raise UserError("need 0 <= --lost < --stages and 0 < --age <= --at < --iterations")
+    cfg = TrainConfig(model=model, stages=stages, iterations=iterations, seed=seed, batch_size=8,
+                      microbatch_size=4, seq_len=64)  # fmt: skip
+    cfg.validate()
+    figures = recovery_cost(cfg, lost, at, age)
+    if as_json:
+        typer.echo(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            typer.echo(f"{key}: {value}")

@@ -25,6 +25,9 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(0, help="torch threads (0: torch's default)."),
         capacity: float = typer.Option(0.0, help="Lend at most this many microbatches/s (0: measured)."),
         manifest_timeout: float = typer.Option(60.0, help="Seconds to wait for the run's manifest."),
+        rebalance_every: float = typer.Option(
+            30.0, help="Seconds between checks whether moving to another stage raises throughput (0: never)."
+        ),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
         """Join a run as a volunteer: measure, pick a stage, load it, serve until Ctrl-C."""
@@ -32,6 +35,8 @@ def register(app: typer.Typer) -> None:
             fail(f"--role must be 'stage' or 'holder', got {role!r}")
         if stage != "auto" and not stage.isdigit():
             fail(f"--stage must be 'auto' or a stage index, got {stage!r}")
+        if rebalance_every < 0:
+            fail(f"--rebalance-every must be >= 0, got {rebalance_every}")
         if device.startswith("cuda"):
             import torch
 
@@ -51,7 +56,7 @@ def register(app: typer.Typer) -> None:
                 await run_volunteer(
                     node, stage=None if stage == "auto" else int(stage), role=role, device=device,
                     region=region, name=name, stop=stop, manifest_timeout=manifest_timeout,
-                    capacity=capacity or None,
+                    capacity=capacity or None, rebalance_every_s=rebalance_every,
                     on_ready=lambda text: typer.echo(f"swarm join: {text}", err=True),
                 )  # fmt: skip
             except JoinError as exc:

@@ -71,6 +71,12 @@ def register(app: typer.Typer) -> None:
         exact_gradients: bool = typer.Option(
             True, help="Sum microbatch gradients in float64 (bit-stable under any order; 2x gradient memory)."
         ),
+        stage_recovery: str = typer.Option(
+            "auto", help="A stage that lost every replica comes back from: auto, checkpoint, neighbours."
+        ),
+        recovery_max_age: int = typer.Option(
+            50, help="With auto: a checkpoint older than this many iterations loses to the neighbours."
+        ),
         run: str = typer.Option("swarm", "--run", help="Run id (the DHT key prefix)."),
         initial_peers: list[str] = typer.Option([], "--initial-peers", help="Join an existing DHT."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
@@ -79,7 +85,11 @@ def register(app: typer.Typer) -> None:
         ),
         holders: int = typer.Option(1, help="With --local-swarm: data holders in all (this one included)."),
         log_dir: str = typer.Option("runs/local-swarm", help="Where --local-swarm peers write their logs."),
-        threads: int = typer.Option(0, help="torch threads per process (0: default; 1 with --local-swarm)."),
+        threads: int = typer.Option(
+            0,
+            help="torch threads per process (0: default; 1 with --local-swarm). Bit parity between two "
+            "runs needs equal thread counts: some CPU reductions depend on it.",
+        ),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
         checkpoint_every: int = typer.Option(0, help="With --save: also save every N iterations."),
         resume: str | None = typer.Option(None, help="Continue a run from this checkpoint directory."),
@@ -90,6 +100,7 @@ def register(app: typer.Typer) -> None:
             iterations=iterations, batch_size=batch_size, microbatch_size=microbatch_size, seq_len=seq_len,
             lr=lr, weight_decay=weight_decay, optimizer=optimizer, seed=seed, device=device,
             compression=compression, exact_gradients=exact_gradients, run_id=run,
+            stage_recovery=stage_recovery, recovery_max_age=recovery_max_age,
         )  # fmt: skip
         if device.startswith("cuda"):
             import torch
@@ -112,6 +123,11 @@ def register(app: typer.Typer) -> None:
                         checkpoint_every=checkpoint_every)  # fmt: skip
             return
         from swarm.trainer.local import LocalTrainer, train_local
+
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)  # reductions (LayerNorm's backward) depend on the count
 
         console = Console(stderr=True)
         trainer = LocalTrainer(cfg)  # every user error surfaces here, before the progress bar

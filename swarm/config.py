@@ -9,6 +9,7 @@ from transformers import PretrainedConfig
 from models.data import EMBEDDED, Schedule
 from models.partition import StageSpec, partition
 from models.presets import ModelConfigError, load_config
+from swarm.recovery.policy import STAGE_RECOVERY
 
 OPTIMIZERS = ("adamw", "adamw8bit")
 
@@ -36,6 +37,8 @@ class TrainConfig:
     device: str = "cpu"
     compression: str = "none"
     exact_gradients: bool = True  # float64 accumulation: bit-stable under any arrival order
+    stage_recovery: str = "auto"  # a stage that lost every replica: auto, checkpoint or neighbours
+    recovery_max_age: int = 50  # auto: checkpoints older than this many iterations lose to neighbours
     run_id: str = "swarm"
     extra: dict = field(default_factory=dict)
 
@@ -50,6 +53,11 @@ class TrainConfig:
             raise ConfigError("--lr must be positive")
         if self.compression not in ("none", "fp16", "int8"):
             raise ConfigError(f"unknown compression {self.compression!r} (use none, fp16 or int8)")
+        if self.stage_recovery not in STAGE_RECOVERY:
+            choices = ", ".join(STAGE_RECOVERY)
+            raise ConfigError(f"unknown --stage-recovery {self.stage_recovery!r} (use {choices})")
+        if self.recovery_max_age < 0:
+            raise ConfigError("--recovery-max-age must be >= 0")
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r} (use one of {', '.join(OPTIMIZERS)})")
         try:

@@ -149,10 +149,10 @@ class Presence:
             except Exception as exc:  # noqa: BLE001 - a missed refresh is retried next period
                 log.warning("%s failed: %s", fn.__name__, exc)
 
-    async def withdraw(self) -> None:
+    async def withdraw(self, reason: str = "clean exit") -> None:
         for task in self._tasks:
             task.cancel()
-        await self.event("leave", "clean exit")
+        await self.event("leave", reason)
         try:
             await self.node.blocking(self.node.registry.withdraw_peer, self.node.peer_id, self.record.stage)
         except Exception as exc:  # noqa: BLE001 - the TTL removes it anyway

@@ -6,11 +6,14 @@ This wires the pieces (node, registry, presence, stage server or holder) and own
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,12 +26,13 @@ from swarm.config import TrainConfig
 from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
-from swarm.presence import Presence, free_memory, make_record, measure_throughput
+from swarm.presence import VIEW_S, Presence, free_memory, make_record, measure_throughput
 from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, read_progress, write_checkpoint
 from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
 from swarm.registry.view import bottleneck_stage
 from swarm.routing.live import LiveFlow
+from swarm.routing.rebalance import Move, best_move, move_delay
 from swarm.stage.server import StageServer
 from swarm.wire import WireError
 
@@ -113,24 +117,28 @@ def _rounded(values: dict[int, float]) -> dict[int, float]:
     return {k: round(v, 1) for k, v in values.items()}
 
 
-async def run_volunteer(
-    node: SwarmNode, *, stage: int | None, role: str, device: str, region: str, name: str,
-    stop: asyncio.Event, manifest_timeout: float = 60.0, on_ready: Callable[[str], None] = lambda s: None,
-    capacity: float | None = None,
-) -> None:  # fmt: skip
-    """`swarm join`: serve a stage (or be an extra data holder) until `stop` is set."""
-    manifest = await wait_manifest(node, manifest_timeout)
+@dataclass
+class Serving:
+    """What a volunteer runs for the part it serves now (a stage can change when it rebalances)."""
+
+    worker: StageServer | DataHolder
+    part: int
+    flow: LiveFlow
+    presence: Presence
+    throughput: float
+    origin: str
+
+
+async def serve_part(
+    node: SwarmNode, manifest, *, role: str, stage: int, device: str, region: str, name: str,
+    capacity: float | None,
+) -> Serving:  # fmt: skip
+    """Build the worker for `stage` (or the holder part), load its current state, start serving."""
     stages = len(manifest.layout)
     if role == "holder":
-        worker = DataHolder(node, manifest, device=device)
-        part, blocks = HOLDER_PART, (0, 0)
-        throughput = HOLDER_DEMAND
+        worker: StageServer | DataHolder = DataHolder(node, manifest, device=device)
+        part, blocks, throughput = HOLDER_PART, (0, 0), HOLDER_DEMAND
     else:
-        if stage is None:
-            stage, why = await choose_stage(node, stages)
-            on_ready(f"joining stage {stage}, the bottleneck ({why})")
-        if not 0 <= stage < stages:
-            raise JoinError(f"--stage {stage} outside 0..{stages - 1}")
         worker = StageServer(node, manifest, stage, device=device)
         part, blocks = stage, tuple(manifest.layout[stage])
         shape = [manifest.microbatch_size, manifest.seq_len, manifest.hidden_size]
@@ -148,12 +156,106 @@ async def run_volunteer(
         worker.hops, stages, iteration_of=lambda: worker.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()
-    on_ready(f"serving {'holder part' if part == HOLDER_PART else f'stage {part}'} of run {node.run_id} "
-             f"at {throughput:.1f} microbatches/s, from the {origin}")  # fmt: skip
+    return Serving(worker, part, flow, presence, throughput, origin)
+
+
+async def run_volunteer(
+    node: SwarmNode, *, stage: int | None, role: str, device: str, region: str, name: str,
+    stop: asyncio.Event, manifest_timeout: float = 60.0, on_ready: Callable[[str], None] = lambda s: None,
+    capacity: float | None = None, rebalance_every_s: float = 0.0,
+) -> None:  # fmt: skip
+    """`swarm join`: serve a stage (or be an extra data holder) until `stop` is set; with
+    `rebalance_every_s`, move to another stage when that raises the swarm's throughput enough."""
+    manifest = await wait_manifest(node, manifest_timeout)
+    stages = len(manifest.layout)
+    if role != "holder":
+        if stage is None:
+            stage, why = await choose_stage(node, stages)
+            on_ready(f"joining stage {stage}, the bottleneck ({why})")
+        if not 0 <= stage < stages:
+            raise JoinError(f"--stage {stage} outside 0..{stages - 1}")
+    serve = functools.partial(serve_part, node, manifest, role=role, device=device, region=region, name=name,
+                              capacity=capacity)  # fmt: skip
+    serving = await serve(stage=stage or 0)
+    what = "holder part" if serving.part == HOLDER_PART else f"stage {serving.part}"
+    on_ready(f"serving {what} of run {node.run_id} at {serving.throughput:.1f} microbatches/s, "
+             f"from the {serving.origin}")  # fmt: skip
     try:
+        while role != "holder" and rebalance_every_s > 0:
+            move = await watch_for_move(node, serving, stages, stop, rebalance_every_s)
+            if move is None:
+                break
+            on_ready(f"moving from stage {serving.part} to stage {move.stage}: the swarm's bound rises from "
+                     f"{move.bound_before:.1f} to {move.bound_after:.1f} microbatches/s")  # fmt: skip
+            await leave_part(serving, stop, f"moving to stage {move.stage}")
+            serving = await serve(stage=move.stage)
+            on_ready(f"serving stage {serving.part} from the {serving.origin}")
         await stop.wait()
     finally:
-        await presence.withdraw()
+        if not serving.flow.closed:
+            await serving.presence.withdraw()
+
+
+async def watch_for_move(
+    node: SwarmNode, serving: Serving, stages: int, stop: asyncio.Event, every_s: float
+) -> Move | None:
+    """Check the registry every `every_s`; a move must hold again after a random delay (no
+    stampede), and a peer stays at least three periods where it is (no flapping)."""
+    since = time.monotonic()
+    attempt = 0
+    while not stop.is_set():
+        try:
+            await asyncio.wait_for(stop.wait(), every_s)
+            return None
+        except asyncio.TimeoutError:
+            pass
+        if time.monotonic() - since < 3 * every_s:
+            continue
+        move = await _move_now(node, stages)
+        if move is None:
+            continue
+        attempt += 1
+        try:
+            await asyncio.wait_for(stop.wait(), move_delay(node.peer_id, attempt, every_s))
+            return None
+        except asyncio.TimeoutError:
+            pass
+        confirmed = await _move_now(node, stages)
+        if confirmed is not None and confirmed.stage == move.stage:
+            return confirmed
+    return None
+
+
+async def _move_now(node: SwarmNode, stages: int) -> Move | None:
+    try:
+        peers = await node.blocking(node.registry.get_all_peers, stages)
+    except Exception as exc:  # noqa: BLE001 - no view this time: do not move
+        log.warning("rebalance check failed: %s", exc)
+        return None
+    live = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(HOLDER_PART, stages)}
+    demand = sum(r.capacity for r in live.pop(HOLDER_PART)) or math.inf
+    capacities = {s: {r.peer_id: r.capacity for r in recs} for s, recs in live.items()}
+    return best_move(capacities, node.peer_id, demand)
+
+
+async def leave_part(serving: Serving, stop: asyncio.Event, reason: str, boundary_s: float = 600) -> None:
+    """Leave the part we serve without losing work: announce it (senders stop choosing us once their
+    view refreshes), then go as soon as we hold nothing of the running iteration, or after the step
+    that averages what we carried in it; only then refuse new work and withdraw our records."""
+    presence, worker = serving.presence, serving.worker
+    presence.update(state="leaving")
+    await presence.publish()
+    await asyncio.sleep(2 * VIEW_S)
+    at = worker.iteration
+    deadline = time.monotonic() + boundary_s
+    while worker.iteration == at and not stop.is_set() and time.monotonic() < deadline:
+        if isinstance(worker, StageServer) and worker.idle_in(at):
+            break
+        await asyncio.sleep(0.05)
+    if isinstance(worker, StageServer):
+        worker.retire()
+    serving.flow.close()
+    await presence.withdraw(reason)
 
 
 async def run_initiator(
@@ -164,7 +266,7 @@ async def run_initiator(
     """`swarm train`: publish the manifest, hold data, coordinate iterations, save checkpoints."""
     manifest = build_manifest(cfg, node)
     holder = DataHolder(node, manifest, device=cfg.device)
-    latest = {"dir": resume}
+    latest: dict = {"dir": resume, "current": lambda: holder.iteration}
     if resume:
         holder.iteration = load_into(resume, holder.module, holder.optimizer, HOLDER_PART)
         status(f"resuming from {resume} at iteration {holder.iteration}")
@@ -267,12 +369,13 @@ async def serve_checkpoint_state(node: SwarmNode, manifest, latest: dict) -> Non
         part = header.get("part")
         if not isinstance(part, int) or not -1 <= part < len(manifest.layout):
             raise WireError(f"no part {part!r} in this run")
+        current = latest["current"]() if "current" in latest else None
         if not latest.get("dir"):
-            raise WireError("this run has no checkpoint yet")
+            return {"ok": True, "part": part, "iteration": None, "current": current}, b""
         with torch.device("meta"):
             shell = HolderPart(config) if part == HOLDER_PART else StageModule(
                 config, StageSpec(part, *manifest.layout[part]))  # fmt: skip
         iteration, blob = await node.blocking(part_state_blob, latest["dir"], shell, part)
-        return {"ok": True, "part": part, "iteration": iteration}, blob
+        return {"ok": True, "part": part, "iteration": iteration, "current": current}, blob
 
     await node.rpc.add("checkpoint_state", on_checkpoint_state)

@@ -127,7 +127,7 @@ class Coordinator:
             contributors = {p: c for p, c in carried[stage].items() if p in alive}
             calls += [(peer, stage, group, contributors) for peer in group]
         calls += [(peer, HOLDER_PART, holders, dict(holder_counts)) for peer in holders]
-        replies = await asyncio.gather(*(self._step(p, iteration, g, c) for p, _, g, c in calls),
+        replies = await asyncio.gather(*(self._step(p, s, iteration, g, c) for p, s, g, c in calls),
                                        return_exceptions=True)  # fmt: skip
         hop_rerouted = 0
         late: dict[int, int] = {}  # contributions that did not reach a stage's average in time
@@ -172,9 +172,10 @@ class Coordinator:
         return alive
 
     async def _step(
-        self, peer: str, iteration: int, members: list[str], contributors: dict[str, int]
+        self, peer: str, part: int, iteration: int, members: list[str], contributors: dict[str, int]
     ) -> dict:
-        header = {"iteration": iteration, "members": members, "contributors": contributors, "timeout": 60}
+        header = {"iteration": iteration, "part": part, "members": members, "contributors": contributors,
+                  "timeout": 60}  # fmt: skip
         if peer == self.node.peer_id:
             reply, _ = await self.holder.on_step(header, b"", None)
             return reply

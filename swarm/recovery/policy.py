@@ -75,3 +75,29 @@ def find_break(path: Sequence[str], alive: Callable[[str], bool]) -> int | None:
 def stage_must_wait(live_peers: Collection[str]) -> bool:
     """A stage with no live peer cannot be routed around: its microbatches wait for a join."""
     return len(live_peers) == 0
+
+
+STAGE_RECOVERY = ("auto", "checkpoint", "neighbours")
+
+
+def restore_source(
+    method: str, current: int, checkpoint_iteration: int | None, max_age: int, neighbours_alive: bool
+) -> str:
+    """Where a peer restoring a stage that lost every replica takes its state from: 'seed' (the run
+    has not trained yet), 'checkpoint' or 'neighbours' (CheckFree: the adjacent stages' average).
+
+    `auto` uses the checkpoint while it is at most `max_age` iterations old and the neighbours
+    after that; either method falls back to the other when its source is missing.
+    """
+    if method not in STAGE_RECOVERY:
+        raise ValueError(f"unknown stage recovery {method!r} (use {', '.join(STAGE_RECOVERY)})")
+    has_checkpoint = checkpoint_iteration is not None
+    can_rebuild = neighbours_alive and current > 0
+    if method == "auto":
+        fresh = has_checkpoint and current - checkpoint_iteration <= max_age
+        method = "checkpoint" if fresh or not can_rebuild else "neighbours"
+    if method == "checkpoint" and has_checkpoint:
+        return "checkpoint"
+    if can_rebuild:
+        return "neighbours"
+    return "checkpoint" if has_checkpoint else "seed"

@@ -44,6 +44,7 @@ class LiveFlow:
         self.holders: tuple[str, ...] = ()
         self.neighbours: dict[str, int] = {}  # peer -> stage (-1 for holders)
         self.agent: Agent | None = None
+        self.closed = False
         self.loop = asyncio.get_running_loop()
         self.t0 = self.loop.time()
         self.sent = 0
@@ -105,6 +106,8 @@ class LiveFlow:
 
     def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float]) -> None:
         """The DHT's view changed: new holder set (restart), or neighbours joined or left."""
+        if self.closed:
+            return
         self.compute.update(compute)
         holders_t = tuple(sorted(holders))
         if holders_t != self.holders or self.agent is None:
@@ -127,6 +130,12 @@ class LiveFlow:
             del self.neighbours[peer]
             self.agent.notify(NeighbourGone(peer), self.now())
             self.on_change()
+
+    def close(self) -> None:
+        """Stop routing (the peer leaves or moves to another stage): timers and messages go quiet."""
+        self.closed = True
+        self.agent = None
+        self.neighbours = {}
 
     def _make_agent(self) -> Agent:
         me = self.node.peer_id

@@ -65,6 +65,8 @@ class Replica:
 
     async def on_step(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
         """End of iteration: average with the listed mates and take the optimizer step."""
+        if header.get("part", self.part) != self.part:  # we moved to another stage meanwhile
+            raise WireError(f"this peer serves part {self.part}, not {header.get('part')!r}")
         iteration = header.get("iteration")
         if iteration != self.iteration:
             if isinstance(iteration, int) and isinstance(header.get("members"), list):
@@ -96,6 +98,8 @@ class Replica:
 
     async def on_state(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
         """This replica's parameters and optimizer state (for a joining mate or a checkpoint)."""
+        if header.get("part", self.part) != self.part:
+            raise WireError(f"this peer serves part {self.part}, not {header.get('part')!r}")
         buffer = io.BytesIO()
         state = {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                  "iteration": self.iteration}  # fmt: skip

@@ -73,6 +73,18 @@ class StageServer(Replica):
         self.stats = {"forward": 0, "backward": 0, "rerouted": 0, "reexecuted": 0, "compute_s": 0.0}
         self.tasks: set[asyncio.Task] = set()
         self.on_peer_failed = lambda peer: None
+        self.retired = False  # moving to another stage: take no new microbatches
+
+    def idle_in(self, iteration: int) -> bool:
+        """We hold nothing of `iteration`: no hop computing or kept, no gradient carried."""
+        return (not self.computing and self.carried.get(iteration, 0) == 0
+                and not any(key[1] == iteration for key in self.kept))  # fmt: skip
+
+    def retire(self) -> None:
+        """Refuse new work from now on (the sender reroutes); cancel what is still running."""
+        self.retired = True
+        for task in list(self.tasks):
+            task.cancel()
 
     async def register(self) -> None:
         await super().register()
@@ -95,6 +107,8 @@ class StageServer(Replica):
 
     # ------------------------------------------------------------------ forward
     async def on_forward(self, header: dict, payload: bytes, sender) -> tuple[dict, bytes]:
+        if self.retired:
+            raise WireError(f"this peer no longer serves stage {self.spec.index}")
         hop = self._parse(header)
         if hop.stage != self.spec.index or len(hop.path) != self.spec.index + 1:
             raise WireError(f"this peer serves stage {self.spec.index}, not {hop.stage}")
@@ -246,6 +260,8 @@ class StageServer(Replica):
         """Replace a dead hop of our stage for one microbatch: fetch its input from the live hop
         before the break and the output gradient from the live hop after it, redo forward and
         backward here, and send the input gradient on as the dead hop would have."""
+        if self.retired:
+            raise WireError(f"this peer no longer serves stage {self.spec.index}")
         hop = self._parse(header)
         downstream = header.get("downstream")
         if hop.stage != self.spec.index or not isinstance(downstream, str):

@@ -67,8 +67,8 @@ class LocalTrainer:
         self.gradients = [GradientAccumulator(p, exact=cfg.exact_gradients) for p in self.parts]
         self.iteration = 0
 
-    def microbatch_loss(self, iteration: int, microbatch: int) -> torch.Tensor:
-        """Forward one microbatch through holder -> stages -> holder, as the swarm routes it."""
+    def microbatch_hidden(self, iteration: int, microbatch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward one microbatch through holder -> stages, as the swarm routes it: (ids, last hidden)."""
         device = self.cfg.device
         ids = self.stream.microbatch(iteration, microbatch, self.schedule).to(device)
         with seeded(self.cfg.seed, iteration, microbatch, EMBED_STAGE, device):
@@ -76,7 +76,22 @@ class LocalTrainer:
         for spec, stage in zip(self.layout, self.stages):
             with seeded(self.cfg.seed, iteration, microbatch, spec.index, device):
                 hidden = stage(hidden)
-        return self.holder.loss(hidden, ids)
+        return ids, hidden
+
+    def microbatch_backward(self, iteration: int, microbatch: int, count: int) -> float:
+        """Forward and backward of one microbatch in the swarm's two phases: the loss backward at the
+        holder (the LM head, and with tied weights its share of the embedding gradient), then the
+        backward through the stages to the embeddings. Each phase's gradients are collected on their
+        own, as the holder does, so tied embeddings sum the same float32 terms in the same way."""
+        ids, hidden = self.microbatch_hidden(iteration, microbatch)
+        last = hidden.detach().requires_grad_(True)
+        loss = self.holder.loss(last, ids)
+        (loss / count).backward()  # the holder's scaling, to the bit
+        self.gradients[0].collect()
+        hidden.backward(last.grad)
+        for gradients in self.gradients:
+            gradients.collect()
+        return loss.item()
 
     def step(self) -> IterationMetrics:
         """One iteration: every microbatch forward and backward, then one optimizer step."""
@@ -88,11 +103,7 @@ class LocalTrainer:
         count = self.schedule.microbatches
         total = 0.0
         for m in range(count):
-            loss = self.microbatch_loss(self.iteration, m)
-            (loss / count).backward()
-            for gradients in self.gradients:
-                gradients.collect()
-            total += loss.item()
+            total += self.microbatch_backward(self.iteration, m, count)
         for gradients, opt in zip(self.gradients, self.optimizers):
             gradients.apply()
             opt.step()

@@ -39,7 +39,11 @@ class RpcServer:
         self.handlers: dict[str, Handler] = {}
 
     async def add(self, name: str, handler: Handler) -> None:
+        """Serve `name` with `handler`; adding a name again swaps the handler (a peer changing stage)."""
+        first = name not in self.handlers
         self.handlers[name] = handler
+        if not first:
+            return
 
         async def on_stream(info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:

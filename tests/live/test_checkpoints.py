@@ -58,3 +58,33 @@ def test_whole_stage_restored_from_checkpoint(swarm_cli, tmp_path) -> None:
     rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == list(range(6)) and all(r["microbatches"] == 4 for r in rows)
     assert json.loads((tmp_path / "ck" / "swarm_state.json").read_text())["iteration"] == 6
+
+
+def test_whole_stage_rebuilt_from_its_neighbours(swarm_cli, tmp_path) -> None:
+    """--stage-recovery neighbours (CheckFree): the lost middle stage is the mean of stages 0 and 2."""
+    logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("init", "s0", "s1", "s2", "new")}
+    init = start(["train", *COMMON, "--iterations", "6", "--run", "stageloss", "--save", str(tmp_path / "ck"),
+                  "--checkpoint-every", "2", "--stage-recovery", "neighbours",
+                  "--metrics-out", str(tmp_path / "m.jsonl")],
+                 logs["init"])  # fmt: skip
+    procs = [init]
+    try:
+        maddr = wait_for_maddr(tmp_path / "init.log", init)
+        join = ["join", "--initial-peers", maddr, "--run", "stageloss", "--threads", "1"]
+        procs.append(start([*join, "--stage", "0"], logs["s0"]))
+        procs.append(start([*join, "--stage", "2"], logs["s2"]))
+        only = start([*join, "--stage", "1"], logs["s1"], {"SWARM_TEST_FAULT": "forward@3"})
+        procs.append(only)
+        assert only.wait(300) == -signal.SIGKILL  # stage 1 has no replica left
+        procs.append(start([*join, "--stage", "1", "--name", "rescuer"], logs["new"]))
+        assert init.wait(600) == 0, (tmp_path / "init.log").read_text()[-3000:]
+    finally:
+        stop_all(procs)
+        for log in logs.values():
+            log.close()
+    assert "average of the neighbouring stages (before and after), serving iteration 3" in (
+        tmp_path / "new.log"
+    ).read_text()
+    rows = [json.loads(line) for line in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == list(range(6)) and all(r["microbatches"] == 4 for r in rows)
+    assert json.loads((tmp_path / "ck" / "swarm_state.json").read_text())["iteration"] == 6
