@@ -34,8 +34,14 @@ def run_async(main, threads: int | None = None) -> None:
     async def wrapper():
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if stop.is_set():
+                _exit_now(130)  # a second Ctrl-C: leave at once
+            stop.set()
+
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
         return await main(stop)
 
     try:

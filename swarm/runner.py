@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 MANIFEST_TTL_S = 7 * 24 * 3600.0
 
 
+LEAVE_WAIT_S = 30.0  # Ctrl-C: how long a leaving peer waits for the step of the work it holds
 HOLDER_DEMAND = 1000.0  # microbatches/s a holder asks for: "as many as the swarm can carry"
 
 
@@ -192,8 +193,8 @@ async def run_volunteer(
             on_ready(f"serving stage {serving.part} from the {serving.origin}")
         await stop.wait()
     finally:
-        if not serving.flow.closed:
-            await serving.presence.withdraw()
+        if not serving.flow.closed:  # Ctrl-C: finish or hand back what we hold, then go
+            await leave_part(serving, None, "clean exit", boundary_s=LEAVE_WAIT_S)
 
 
 async def watch_for_move(
@@ -238,22 +239,30 @@ async def _move_now(node: SwarmNode, stages: int) -> Move | None:
     return best_move(capacities, node.peer_id, demand)
 
 
-async def leave_part(serving: Serving, stop: asyncio.Event, reason: str, boundary_s: float = 600) -> None:
+async def leave_part(
+    serving: Serving, stop: asyncio.Event | None, reason: str, boundary_s: float = 600
+) -> None:
     """Leave the part we serve without losing work: announce it (senders stop choosing us once their
     view refreshes), then go as soon as we hold nothing of the running iteration, or after the step
     that averages what we carried in it; only then refuse new work and withdraw our records."""
     presence, worker = serving.presence, serving.worker
+    if not isinstance(worker, StageServer):  # an extra holder: its share is re-dealt next iteration
+        serving.flow.close()
+        await presence.withdraw(reason)
+        return
     presence.update(state="leaving")
-    await presence.publish()
+    try:
+        await presence.publish()
+    except Exception as exc:  # noqa: BLE001 - the swarm may be gone already
+        log.warning("could not announce leaving: %s", exc)
     await asyncio.sleep(2 * VIEW_S)
     at = worker.iteration
     deadline = time.monotonic() + boundary_s
-    while worker.iteration == at and not stop.is_set() and time.monotonic() < deadline:
-        if isinstance(worker, StageServer) and worker.idle_in(at):
+    while worker.iteration == at and not (stop and stop.is_set()) and time.monotonic() < deadline:
+        if worker.idle_in(at):
             break
         await asyncio.sleep(0.05)
-    if isinstance(worker, StageServer):
-        worker.retire()
+    worker.retire()
     serving.flow.close()
     await presence.withdraw(reason)
 
