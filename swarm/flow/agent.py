@@ -35,7 +35,6 @@ T_MIN = 0.05
 COST_GRAIN_S = 0.01  # route-cost changes under 10 ms are not announced
 COST_REL = 0.05  # nor those under 5%
 READY_WAIT = 40.0  # retry periods to wait for silent next hops before the first push
-PRICE_TOL_S = 0.005  # an offer at a price this close to ours is taken
 COST_HOLD = 20.0  # at most one costs-only announcement per COST_HOLD announcement periods
 
 
@@ -136,7 +135,6 @@ class Node:
         self._cost_at = -INF
         self.announce_s = env.retry_s / 4.0
         self._cheap_cache: dict[str, float] = {}
-        self._room_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
 
     # ------------------------------------------------------------- channel
@@ -182,7 +180,6 @@ class Node:
         if envelope.src not in self.prev and envelope.src not in self.next:
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
-        self._cheap_cache.clear()
         self.handle(envelope.src, body)
         self.settle()
 
@@ -214,7 +211,6 @@ class Node:
 
     def on_timer(self, token: str, now: float) -> None:
         self.now = now
-        self._cheap_cache.clear()
         if token == "retry":
             self._retry_armed = False
             for seq, (env, sent_at) in list(self._unacked.items()):
@@ -451,65 +447,14 @@ class Sender(Node):
             return INF
         cached = self._cheap_cache.get(h)
         if cached is None:
-            price, room = INF, 0.0
-            pending = max(0.0, self.excess(h))
-            tiers = self._tiers(h)
-            for cost, cap in tiers[0]:
-                if cap > pending + EPS:
-                    price, room = cost, cap - pending
-                    break
-                pending -= cap
-            else:
-                if tiers[1] < INF:
-                    price, room = tiers[1], 0.0
-            cached = self._cheap_cache[h] = price
-            self._room_cache[h] = room
+            options = [
+                self.target_cheapest(h, v)
+                for v in self.targets(h)
+                if self.target_spare(h, v) + self.offered(h, v) > EPS
+                and self.target_label(h, v) < self.max_label
+            ]
+            cached = self._cheap_cache[h] = min(options, default=INF)
         return cached
-
-    def _tiers(self, h: str) -> tuple[list[tuple[float, float]], float]:
-        """Our routes to h's sink: (cost, room left) by cost, and the cheapest with spare at all."""
-        routes: list[tuple[float, float]] = []
-        spare_min = INF
-        for v in self.targets(h):
-            spare = self.target_spare(h, v)
-            if spare + self.offered(h, v) <= EPS or self.target_label(h, v) >= self.max_label:
-                continue
-            cost = self.target_cheapest(h, v)
-            if spare > EPS:
-                spare_min = min(spare_min, cost)
-            cap = min(self.target_room(h, v), spare) - self.offered(h, v)
-            if cap > EPS:
-                routes.append((cost, cap))
-        routes.sort()
-        return routes, spare_min
-
-    def affordable(self, h: str, price: float) -> float:
-        """How much more flow our routes at `price` (or cheaper) take, beyond the excess we hold.
-
-        While routes with room are left, only those count; once none is, any next hop with spare
-        capacity does (so that every microbatch finds a way: the maximum flow comes first).
-        """
-        routes, spare_min = self._tiers(h)
-        pending = max(0.0, self.excess(h))
-        if sum(cap for _, cap in routes) > pending + EPS:
-            return sum(cap for cost, cap in routes if cost <= price + PRICE_TOL_S) - pending
-        return INF if spare_min <= price + PRICE_TOL_S else 0.0
-
-    def view_price(self, h: str, v: str) -> float | None:
-        """The price of `v` (its cheapest route to h's sink) as we last heard it."""
-        st = self.views.get(v)
-        return st.cheapest.get(h) if st is not None and v not in self.holders else None
-
-    def room(self, h: str) -> float:
-        """Spare capacity along our cheapest route to h's sink (see `State.room`)."""
-        self.cheapest(h)
-        return self._room_cache.get(h, 0.0)
-
-    def target_room(self, h: str, v: str) -> float:
-        st = self.views.get(v)
-        if st is None:
-            return 0.0
-        return st.room.get(h, st.spare)
 
     def _new_id(self) -> int:
         self._ids += 1
@@ -517,12 +462,7 @@ class Sender(Node):
 
     # -------------------------------------------------------------- moves
     def push(self, h: str) -> float:
-        """Offer excess to admissible targets, cheapest route to the sink first; returns what is left.
-
-        Each offer names the price we saw (`expect`): a target whose price rose takes only what its
-        routes at that price have room for and tells us its new price, so flow spreads over routes the
-        way successive cheapest paths would instead of spilling onto dear routes deep downstream.
-        """
+        """Offer excess to admissible targets, cheapest route to the sink first; returns what is left."""
         left = self.excess(h)
         mine = self.label(h)
         options = [
@@ -535,7 +475,7 @@ class Sender(Node):
             rate = min(left, self.target_spare(h, v))
             oid = self.add_offer(h, v, rate, None)
             bid = self.arrival(h) + self.env.cost(self.id, v)
-            self.send(v, Offer(h, rate, oid, mine, bid=bid, state=self.state(), expect=self.view_price(h, v)))
+            self.send(v, Offer(h, rate, oid, mine, bid=bid, state=self.state()))
             left -= rate
         return left
 
@@ -599,8 +539,7 @@ class Sender(Node):
         oid = self.add_offer(h, w, rate, v)
         bid = self.arrival(h) + self.env.cost(self.id, w)
         swap = None if spare > EPS else v
-        expect = self.view_price(h, w) if swap is None else None
-        self.send(w, Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state(), expect=expect))
+        self.send(w, Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state()))
         return True
 
     # ------------------------------------------------------------ replies

@@ -26,8 +26,6 @@ class State:
         (the price of one more microbatch sent here).
     worst: cost of the most expensive route to the holder's sink over edges carrying flow (what
         the current flow through this node pays at most: GWTF's objective, seen from here).
-    room: how much more flow the `cheapest` route takes (the least spare along it, ours included),
-        so that upstream splits its flow the way successive cheapest paths would.
     """
 
     node: str
@@ -36,7 +34,6 @@ class State:
     labels: Mapping[str, int] = field(default_factory=dict)
     cheapest: Mapping[str, float] = field(default_factory=dict)
     worst: Mapping[str, float] = field(default_factory=dict)
-    room: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -48,8 +45,6 @@ class Offer:
     `bid` is the cost of the sender's path from the holder up to the receiver; with `preempt` set, a
     full receiver may make room by returning in-flows whose path so far costs more than `bid`.
     `state` is the sender's own state (its labels, for the receiver to return flow by).
-    `expect` is the receiver's price (its `cheapest`) as the sender saw it: a receiver whose price
-    rose since takes only what its routes at that price have room for.
     """
 
     holder: str
@@ -60,7 +55,6 @@ class Offer:
     bid: float | None = None
     preempt: int = 0
     state: State | None = None
-    expect: float | None = None
 
 
 @dataclass(frozen=True)

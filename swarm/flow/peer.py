@@ -84,9 +84,6 @@ class PeerAgent(Sender):
     def target_cheapest(self, h: str, v: str) -> float:
         return self.env.cost(self.id, v) if self.last else super().target_cheapest(h, v)
 
-    def target_room(self, h: str, v: str) -> float:
-        return INF if self.last else super().target_room(h, v)
-
     def target_worst(self, h: str, v: str) -> float:
         return self.env.cost(self.id, v) if self.last else super().target_worst(h, v)
 
@@ -113,9 +110,7 @@ class PeerAgent(Sender):
     def state(self) -> State:
         cheapest = {h: self.cheapest(h) for h in self.holders}
         worst = {h: w for h in self.holders if (w := self.worst(h)) is not None}
-        spare = self.spare()
-        room = {h: min(spare, self.room(h)) for h in self.holders}
-        return State(self.id, self.stamp(), spare, dict(self._labels), cheapest, worst, room)
+        return State(self.id, self.stamp(), self.spare(), dict(self._labels), cheapest, worst)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
@@ -140,8 +135,6 @@ class PeerAgent(Sender):
         accepted = 0.0
         if src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
             accepted = min(msg.rate, self.spare())
-            if msg.expect is not None and msg.swap_from is None and not msg.preempt and not self.last:
-                accepted = min(accepted, max(0.0, self.affordable(h, msg.expect)))
             if msg.swap_from is not None and accepted < msg.rate - EPS:
                 accepted += self._swap(src, h, msg.rate - accepted, msg.swap_from)
             if msg.preempt and msg.bid is not None and accepted < msg.rate - EPS:
@@ -153,7 +146,6 @@ class PeerAgent(Sender):
         else:
             accepted = 0.0
         self._labels = {hh: self.compute_label(hh) for hh in self.holders}
-        self._cheap_cache.clear()  # our price counts the flow we just took
         self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
 
     def arrival(self, h: str) -> float:
