@@ -60,6 +60,7 @@ class Coordinator:
         self.stages = len(manifest.layout)
         self.status = status
         self.capacity: dict[int, float] = {}  # stage -> measured microbatches/s of its serving peers
+        self.speed: dict[str, float] = {}  # peer -> its measured microbatches/s (kept after it dies)
         self.reported_dead: set[str] = set()
         self.min_holders = min_holders
         self.on_crash = _no_crash_report
@@ -68,6 +69,7 @@ class Coordinator:
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
         serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(self.stages)}
         self.capacity = {s: sum(r.throughput for r in recs) for s, recs in serving.items()}
+        self.speed.update({r.peer_id: r.throughput for recs in serving.values() for r in recs})
         return {s: sorted(r.peer_id for r in recs) for s, recs in serving.items()}
 
     async def holders(self) -> list[str]:
@@ -120,10 +122,13 @@ class Coordinator:
         alive = await self.alive(stage_of)
         calls = []
         lost = 0
+        wasted = 0.0
         for stage in range(self.stages):
             group = sorted(p for p in set(members.get(stage, [])) | set(carried[stage]) if p in alive)
             dead_carried = {p: c for p, c in carried[stage].items() if p not in alive}
             lost += sum(dead_carried.values())  # a replica died holding these gradients
+            # and the forward and backward compute it spent on them is thrown away
+            wasted += sum(c / max(self.speed.get(p, 1.0), 1e-6) for p, c in dead_carried.items())
             contributors = {p: c for p, c in carried[stage].items() if p in alive}
             calls += [(peer, stage, group, contributors) for peer in group]
         calls += [(peer, HOLDER_PART, holders, dict(holder_counts)) for peer in holders]
@@ -147,7 +152,7 @@ class Coordinator:
             per_stage={s: dict(c) for s, c in carried.items()},
             rerouted=hop_rerouted + sum(int(r.get("rerouted", 0)) for r in results),
             reexecuted=sum(int(r.get("reexecuted", 0)) for r in results), gradients_lost=lost,
-            wasted_compute_s=sum(float(r.get("wasted_compute_s", 0.0)) for r in results),
+            wasted_compute_s=wasted + sum(float(r.get("wasted_compute_s", 0.0)) for r in results),
             slowest_stage_mb_s=min(self.capacity.values(), default=0.0),
             bottleneck_stage=min(self.capacity, key=lambda s: (self.capacity[s], s), default=0),
         )  # fmt: skip
