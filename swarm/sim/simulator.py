@@ -146,7 +146,11 @@ class Simulation(Faults):
         return PeerSpec(n.id, n.stage, 1.0 / n.compute_s, n.compute_s, n.region)
 
     def stage_capacity(self) -> list[float]:
-        return [sum(1.0 / self.nodes[p].compute_s for p in self.live[s]) for s in range(self.stages)]
+        """Microbatches/s per stage as the DHT shows it (a crashed peer counts until it expires)."""
+        return [
+            sum(1.0 / self.nodes[p].compute_s for p in self.live[s] + self.gone[s])
+            for s in range(self.stages)
+        ]
 
     # ------------------------------------------------------------------ population
     def _place(self, m: Machine, initial: bool) -> None:
