@@ -58,8 +58,10 @@ class HolderAgent(Sender):
         lost = self.out[self.id].get(node, 0.0) > EPS
         self.sink_in.pop(node, None)
         self.forget_target(node)
-        if lost:
-            self.budget = max(self.budget, 2)
+        self.budget = self.preempts = 2 if lost else 0
+
+    def on_joined(self) -> None:
+        self.budget = self.preempts = 0
 
     def set_demand(self, demand: float) -> None:
         self.demand = demand

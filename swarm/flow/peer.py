@@ -224,9 +224,9 @@ class PeerAgent(Sender):
         """The hold after a swap hint expired: settle() may now return flow upstream."""
 
     def forget(self, node: str) -> None:
-        """A neighbour left: its flow vanishes. Only a peer that lost flow gets a few moves back
-        (REPAIR_MOVES): re-improving the whole neighbourhood would make churn cost more rounds
-        than the first convergence."""
+        """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves
+        (REPAIR_MOVES); the others keep their routes and drop what is left of their improvement
+        budget, so that a churn event costs a bounded repair, not a second optimisation."""
         lost = any(
             self.inflow[h].get(node, 0.0) > EPS or self.out[h].get(node, 0.0) > EPS for h in self.holders
         )
@@ -234,12 +234,11 @@ class PeerAgent(Sender):
             self.inflow[h].pop(node, None)
             self.bids[h].pop(node, None)
         self.forget_target(node)
-        if lost:
-            self.budget = max(self.budget, REPAIR_MOVES)
-            self.preempts = max(self.preempts, REPAIR_MOVES)
+        self.budget = self.preempts = REPAIR_MOVES if lost else 0
 
     def on_joined(self) -> None:
         """A newcomer announces itself; peers with excess push to it, nobody re-plans for it."""
+        self.budget = self.preempts = 0
 
     def base_budget(self) -> int:
         return 2 + len(self.next) // 2
