@@ -25,8 +25,10 @@ def register(app: typer.Typer) -> None:
         threads: int = typer.Option(0, help="torch threads (0: torch's default)."),
         capacity: float = typer.Option(0.0, help="Lend at most this many microbatches/s (0: measured)."),
         manifest_timeout: float = typer.Option(60.0, help="Seconds to wait for the run's manifest."),
-        rebalance_every: float = typer.Option(
-            30.0, help="Seconds between checks whether moving to another stage raises throughput (0: never)."
+        rebalance_every: float | None = typer.Option(
+            None,
+            help="Seconds between checks whether moving to another stage raises throughput (0: never). "
+            "Default: 30 with --stage auto; a peer given an explicit --stage stays there.",
         ),
         verbose: bool = typer.Option(False, "--verbose", "-v"),
     ) -> None:
@@ -35,6 +37,8 @@ def register(app: typer.Typer) -> None:
             fail(f"--role must be 'stage' or 'holder', got {role!r}")
         if stage != "auto" and not stage.isdigit():
             fail(f"--stage must be 'auto' or a stage index, got {stage!r}")
+        if rebalance_every is None:
+            rebalance_every = 30.0 if stage == "auto" else 0.0
         if rebalance_every < 0:
             fail(f"--rebalance-every must be >= 0, got {rebalance_every}")
         if device.startswith("cuda"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -18,6 +19,8 @@ from swarm.node import SwarmNode
 from swarm.trainer.optim import make_optimizer
 from swarm.transport import decode_tensor, encode_tensor
 from swarm.wire import WireError
+
+log = logging.getLogger(__name__)
 
 
 class Replica:
@@ -35,6 +38,7 @@ class Replica:
         self.carried: dict[int, int] = {}
         self.codec = train.get("compression", "none")
         self._reported: dict[str, int] = {}
+        self._resyncing = False
 
     async def run_compute(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self.compute, fn, *args)
@@ -69,7 +73,8 @@ class Replica:
             raise WireError(f"this peer serves part {self.part}, not {header.get('part')!r}")
         iteration = header.get("iteration")
         if iteration != self.iteration:
-            if isinstance(iteration, int) and isinstance(header.get("members"), list):
+            behind = isinstance(iteration, int) and iteration > self.iteration
+            if behind and isinstance(header.get("members"), list) and not self._resyncing:
                 asyncio.ensure_future(self.resync([str(m) for m in header["members"]], iteration + 1))
             raise WireError(f"step for iteration {iteration!r}, this replica is at {self.iteration}")
         members = header.get("members")
@@ -80,18 +85,19 @@ class Replica:
             iteration, [str(m) for m in members], {str(k): int(v) for k, v in contributors.items()},
             self._send_grads, timeout=float(header.get("timeout", 60.0)),
         )  # fmt: skip
-        await self.run_compute(self._apply_step)
+        await self.run_compute(self._apply_step, iteration)
         self.after_step(iteration)
-        self.iteration += 1
         lost = {p: c for p, c in contributors.items() if p not in included and c > 0}
         counters = {k: v for k, v in getattr(self, "stats", {}).items() if k in ("rerouted", "reexecuted")}
         delta = {k: v - self._reported.get(k, 0) for k, v in counters.items()}
         self._reported = counters
         return {"ok": True, "iteration": self.iteration, "included": included, "lost": lost, **delta}, b""
 
-    def _apply_step(self) -> None:
+    def _apply_step(self, iteration: int) -> None:
+        """In the compute thread, so that a state snapshot never sees new weights with an old number."""
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.iteration = iteration + 1
 
     def after_step(self, iteration: int) -> None:
         self.carried.pop(iteration, None)
@@ -101,25 +107,42 @@ class Replica:
         if header.get("part", self.part) != self.part:
             raise WireError(f"this peer serves part {self.part}, not {header.get('part')!r}")
         buffer = io.BytesIO()
+        iteration = await self.run_compute(self._snapshot, buffer)
+        return {"ok": True, "iteration": iteration, "part": self.part}, buffer.getvalue()
+
+    def _snapshot(self, buffer: io.BytesIO) -> int:
+        """Weights, optimizer state and iteration, read together in the compute thread (no step between)."""
+        iteration = self.iteration
         state = {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "iteration": self.iteration}  # fmt: skip
-        await self.run_compute(torch.save, state, buffer)
-        return {"ok": True, "iteration": self.iteration, "part": self.part}, buffer.getvalue()
+                 "iteration": iteration}  # fmt: skip
+        torch.save(state, buffer)
+        return iteration
 
     async def resync(self, members: list[str], target: int) -> None:
-        """We fell out of step (joined while the stage stepped): copy a mate once it reached `target`."""
-        for _ in range(30):
-            await asyncio.sleep(1.0)
-            for mate in members:
-                if mate == self.node.peer_id:
-                    continue
-                try:
-                    header, payload = await self.node.call(mate, "state", {"part": self.part}, timeout=600)
-                except Exception:  # noqa: BLE001 - try another mate
-                    continue
-                if header.get("iteration") == target:
-                    await self.run_compute(self.load_state, payload)
-                    return
+        """We fell out of step (joined while the stage stepped): copy a mate once it reached `target`
+        or went past it (a fast stage steps many times a second), then serve its iteration."""
+        self._resyncing = True
+        try:
+            for _ in range(60):
+                await asyncio.sleep(0.5)
+                for mate in (m for m in members if m != self.node.peer_id):
+                    if await self._copy_mate(mate, target):
+                        return
+        finally:
+            self._resyncing = False
+
+    async def _copy_mate(self, mate: str, target: int) -> bool:
+        try:
+            header, payload = await self.node.call(mate, "state", {"part": self.part}, timeout=600)
+        except Exception:  # noqa: BLE001 - try another mate
+            return False
+        got = header.get("iteration")
+        if header.get("part") != self.part or not isinstance(got, int) or not got >= target > self.iteration:
+            return False
+        await self.run_compute(self.load_state, payload)
+        self.gradients.reset()
+        log.info("resynced from %s at iteration %s", mate[-8:], got)
+        return True
 
     def load_state(self, payload: bytes) -> int:
         state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
