@@ -26,32 +26,33 @@ async def _live_replicas(node, part: int) -> list:
                   key=lambda r: (-r.iteration, r.peer_id))  # fmt: skip
 
 
-async def _module_state(node, part: int) -> dict[str, torch.Tensor] | None:
-    """The parameters of a live replica of `part`, or None when it has none that answers."""
-    if part < 0:
-        return None
+async def _replica_state(node, part: int) -> tuple[str, bytes] | None:
+    """(peer id, state blob) of the most advanced live replica of `part` that answers, or None."""
     for mate in await _live_replicas(node, part):
         try:
             header, payload = await node.call(mate.peer_id, "state", {"part": part}, timeout=600)
         except Exception as exc:  # noqa: BLE001 - try the next replica
-            log.warning("state of stage %s from %s failed: %s", part, mate.peer_id, exc)
+            log.warning("state of part %s from %s failed: %s", part, mate.peer_id, exc)
             continue
         if header.get("part") == part:
-            return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)["module"]
+            return mate.peer_id, payload
     return None
+
+
+async def _module_state(node, part: int) -> dict[str, torch.Tensor] | None:
+    """The parameters of a live replica of stage `part`, or None when it has none that answers."""
+    found = await _replica_state(node, part) if part >= 0 else None
+    if found is None:
+        return None
+    return torch.load(io.BytesIO(found[1]), map_location="cpu", weights_only=True)["module"]
 
 
 async def download_state(node, worker, part: int, initiator: str | None) -> str:
     """Load `worker` from a live replica of `part` (most advanced first); say where it came from."""
-    for mate in await _live_replicas(node, part):
-        try:
-            header, payload = await node.call(mate.peer_id, "state", {"part": part}, timeout=600)
-        except Exception as exc:  # noqa: BLE001 - try the next replica
-            log.warning("state from %s failed: %s", mate.peer_id, exc)
-            continue
-        if header.get("part") == part:
-            worker.load_state(payload)
-            return f"state of replica {mate.peer_id[-8:]} at iteration {worker.iteration}"
+    found = await _replica_state(node, part)
+    if found is not None:
+        worker.load_state(found[1])
+        return f"state of replica {found[0][-8:]} at iteration {worker.iteration}"
     if not initiator or initiator == node.peer_id:
         return "initial state from the run's seed"
     try:
