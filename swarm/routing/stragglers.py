@@ -2,7 +2,8 @@
 
 A sender times every hop it hands a microbatch to (the call's round trip plus the per-microbatch
 service time the receiver reports) and keeps a moving average per hop. A hop whose average is more
-than `STRAGGLER_RATIO` times the median of its stage mates' is treated like a failure for new work:
+than `STRAGGLER_RATIO` times the median of its stage mates', and `MIN_EXCESS_S` above it (hops of a
+few milliseconds jitter by multiples on a loaded machine), is treated like a failure for new work:
 its routing weight shrinks with the square of how much slower it is, down to a floor that keeps a
 trickle of probes going, so a peer that recovers (or was only briefly slow) earns its share back.
 Pure code: the live peers and the tests call the same functions.
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from statistics import median
 
 STRAGGLER_RATIO = 2.5
+MIN_EXCESS_S = 0.05  # and this much slower: millisecond hops jitter by multiples under load
 MIN_WEIGHT = 0.02
 EWMA = 0.3  # weight of the newest observation
 
@@ -32,7 +34,8 @@ def straggler_factors(times: Mapping[str, float]) -> dict[str, float]:
     factors = {}
     for hop, t in times.items():
         ratio = t / typical if typical > 0 else 1.0
-        factors[hop] = 1.0 if ratio <= STRAGGLER_RATIO else max(MIN_WEIGHT, (1.0 / ratio) ** 2)
+        slow = ratio > STRAGGLER_RATIO and t - typical > MIN_EXCESS_S
+        factors[hop] = max(MIN_WEIGHT, (1.0 / ratio) ** 2) if slow else 1.0
     return factors
 
 
