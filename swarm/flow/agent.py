@@ -245,8 +245,13 @@ class Node:
         old = self.views.get(state.node)
         if old is None or state.version >= old.version:
             self.views[state.node] = state
-            self._cheap_cache.clear()
-            self._fwd_cache.clear()
+            if state.node not in self.next:
+                return  # only next hops' views feed the cached labels and route costs
+            if old is None or (old.spare > EPS) != (state.spare > EPS) or old.labels != state.labels:
+                self._cheap_cache.clear()
+                self._fwd_cache.clear()
+            elif old.cheapest != state.cheapest:
+                self._cheap_cache.clear()
 
     def announce(self) -> None:
         """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time."""
@@ -447,14 +452,21 @@ class Sender(Node):
             return INF
         cached = self._cheap_cache.get(h)
         if cached is None:
-            options = [
-                self.target_cheapest(h, v)
-                for v in self.targets(h)
-                if self.target_spare(h, v) + self.offered(h, v) > EPS
-                and self.target_label(h, v) < self.max_label
-            ]
-            cached = self._cheap_cache[h] = min(options, default=INF)
+            cached = self._cheap_cache[h] = self._cheapest_over_targets(h)
         return cached
+
+    def _cheapest_over_targets(self, h: str) -> float:
+        """The uncached `cheapest`: next hops that published spare capacity and can reach h's sink."""
+        best = INF
+        cost, top = self.env.cost, self.max_label
+        for v in self.next:
+            st = self.views.get(v)
+            if st is None or st.spare <= EPS or st.labels.get(h, top) >= top:
+                continue
+            c = cost(self.id, v) + st.cheapest.get(h, INF)
+            if c < best:
+                best = c
+        return best
 
     def _new_id(self) -> int:
         self._ids += 1

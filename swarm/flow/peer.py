@@ -87,22 +87,52 @@ class PeerAgent(Sender):
     def target_worst(self, h: str, v: str) -> float:
         return self.env.cost(self.id, v) if self.last else super().target_worst(h, v)
 
+    def _cheapest_over_targets(self, h: str) -> float:
+        if self.last:  # the holder's sink always takes its own microbatches back
+            return self.env.cost(self.id, h) if h in self.next else INF
+        return super()._cheapest_over_targets(h)
+
     def upstream_label(self, u: str, h: str) -> int:
         return self.src_label if self.is_holder(u) else self.view_label(u, h)
 
+    def _forward_labels(self) -> dict[str, int]:
+        """Per holder, the lowest label among next hops that published spare capacity (cached until
+        a next hop's fullness or labels change: the hot path of every relabel)."""
+        cache = self._fwd_cache
+        if not cache:
+            top = self.max_label
+            if self.last:
+                cache.update({h: 0 if h in self.next else top for h in self.holders})
+            else:
+                cache.update(dict.fromkeys(self.holders, top))
+                for v in self.next:
+                    st = self.views.get(v)
+                    if st is None or st.spare <= EPS:
+                        continue
+                    for h in self.holders:
+                        lab = st.labels.get(h, top)
+                        if lab < cache[h]:
+                            cache[h] = lab
+        return cache
+
     def compute_label(self, h: str) -> int:
         """Relabel: one more than the lowest label among residual neighbours (or "unreachable")."""
-        best = self._fwd_cache.get(h)
-        if best is None:
-            best = self.max_label
-            for v in self.targets(h):
-                if self.target_spare(h, v) + self.offered(h, v) > EPS:
-                    best = min(best, self.target_label(h, v))
-            self._fwd_cache[h] = best
+        best = self._forward_labels()[h]
+        top, views, src = self.max_label, self.views, self.src_label
         for u, r in self.inflow[h].items():
             if r > EPS:
-                best = min(best, self.upstream_label(u, h))
-        return min(best + 1, self.max_label)
+                if u in self.holders:
+                    lab = src
+                else:
+                    st = views.get(u)
+                    lab = st.labels.get(h, top) if st else top
+                if lab < best:
+                    best = lab
+        return best + 1 if best < top else top
+
+    def relabel(self) -> None:
+        """Recompute every holder's label from the current views and in-flows."""
+        self._labels = {h: self.compute_label(h) for h in self.holders}
 
     def label(self, h: str) -> int:
         return self._labels.get(h, self.max_label)
@@ -145,7 +175,7 @@ class PeerAgent(Sender):
                 self.bids[h][src] = msg.bid
         else:
             accepted = 0.0
-        self._labels = {hh: self.compute_label(hh) for hh in self.holders}
+        self.relabel()
         self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
 
     def arrival(self, h: str) -> float:
@@ -251,7 +281,7 @@ class PeerAgent(Sender):
     # ---------------------------------------------------------------- core
     def settle(self) -> None:
         """Relabel, then push / return / cancel until every holder's excess is handled, then improve."""
-        self._labels = {h: self.compute_label(h) for h in self.holders}
+        self.relabel()
         over = self.carried() - self.capacity
         if over > EPS:  # capacity dropped: hand the most expensive in-flows back
             self._return_most_expensive(over)
@@ -271,7 +301,7 @@ class PeerAgent(Sender):
                 self.cancel_deficit(h)
         if not busy and not self.offers and not self.cancels:
             self.try_improve()
-        self._labels = {h: self.compute_label(h) for h in self.holders}
+        self.relabel()
         self.announce()
 
     def _return(self, h: str, amount: float) -> float:
