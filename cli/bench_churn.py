@@ -18,27 +18,12 @@ import typer
 
 from cli.bench import bench_app
 from cli.errors import UserError, user_errors
+from cli.processes import stop_processes
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-
-
-def _reap(procs: list[subprocess.Popen]) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait()
 
 
 def _rows(path: Path) -> list[dict]:
@@ -90,7 +75,7 @@ def run_churn(common: list[str], volunteers: int, stages: int, iterations: int, 
             time.sleep(0.2)
         code = init.wait()
     finally:
-        _reap(procs)
+        stop_processes(procs)
     if code != 0:
         raise UserError(f"the churn run failed (exit {code}); logs in {workdir}")
     return {"rows": _rows(metrics), "seconds": time.monotonic() - start, "kills": kills, "joins": joins}

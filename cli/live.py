@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import typer
+
+from cli.processes import stop_processes
 
 
 def setup_logging(verbose: bool) -> None:
@@ -124,13 +125,4 @@ class LocalSwarm:
         return proc
 
     def stop(self, grace_s: float = 15.0) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + grace_s
-        for proc in self.procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_processes(self.procs, grace_s)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import msgpack
 
-from swarm.flow.agent import Node as Agent
 from swarm.flow.holder_agent import HolderAgent
 from swarm.flow.messages import Envelope, NeighbourGone, NeighbourJoined
+from swarm.flow.node import Node as Agent
 from swarm.flow.peer import PeerAgent
 from swarm.node import SwarmNode
 from swarm.routing.codec import from_wire, to_wire

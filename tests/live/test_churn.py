@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from cli.processes import stop_processes
 from tests.live.conftest import TINY, load_weights, p2pd_count, wait_no_p2pd
 
 COMMON = ["--model", "gpt2-tiny", "--stages", "3", "--seed", "3", *TINY]
@@ -34,20 +35,7 @@ def wait_for_maddr(path, proc, timeout: float = 120) -> str:
     raise AssertionError("the initiator printed no multiaddr")
 
 
-def stop_all(procs) -> None:
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever is left of its group (p2pd, DHT)
-        except ProcessLookupError:
-            pass
-        proc.wait()
+stop_all = stop_processes
 
 
 def test_crash_in_forward_and_backward_keeps_parity(swarm_cli, tmp_path) -> None:

@@ -1,0 +1,318 @@
+"""What every routing node shares: a reliable channel, its view of neighbours, and publishing.
+
+A node only knows its own state, the states its neighbours published (as delivered in messages)
+and the messages it gets. The environment (`Env`: the in-memory bus here, the P2P layer in the live
+swarm) moves envelopes and fires timers; a node never reads a clock, only the `now` it is handed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Protocol
+
+from swarm.flow.messages import (
+    INF,
+    Ack,
+    Announce,
+    Body,
+    Envelope,
+    NeighbourGone,
+    NeighbourJoined,
+    State,
+)
+
+EPS = 1e-9
+COST_GRAIN_S = 0.01  # route-cost changes under 10 ms are not announced
+COST_REL = 0.05  # nor those under 5%
+COST_HOLD = 20.0  # at most one costs-only announcement per COST_HOLD announcement periods
+
+
+class Env(Protocol):
+    """What a node may ask of its environment."""
+
+    retry_s: float
+
+    def transmit(self, envelope: Envelope) -> None: ...
+
+    def set_timer(self, node: str, delay: float, token: str) -> None: ...
+
+    def cost(self, a: str, b: str) -> float: ...
+
+
+def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
+    """What a neighbour knows from a state: has spare and labels (and which holders it can route:
+    news it must get), then route costs (best effort)."""
+    reach = tuple(h for h, c in sorted(state.cheapest.items()) if math.isfinite(c))
+    return (state.spare > EPS, (tuple(sorted(state.labels.items())), reach), dict(state.cheapest))
+
+
+NONE, COSTS, BAD, GOOD = 0, 1, 2, 3
+
+
+def _news(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -> int:
+    """What a neighbour that last heard `told` would learn from `now` (see `Node._publish`)."""
+    if told is None:
+        return GOOD
+    old_labels, old_reach = told[1]
+    new_labels, new_reach = now[1]
+    if upstream and now[0] and not told[0]:
+        return GOOD
+    if old_labels != new_labels:
+        before = dict(old_labels)
+        if any(lab < before.get(h, lab + 1) for h, lab in new_labels):
+            return GOOD
+        return BAD
+    if upstream:
+        if old_reach != new_reach:
+            return GOOD if set(new_reach) - set(old_reach) else BAD
+        if told[0] != now[0]:
+            return BAD
+        if _moved(told[2], now[2]):
+            return COSTS if sender or _cheaper(told[2], now[2]) else NONE
+    return NONE
+
+
+def _cheaper(old: dict[str, float], new: dict[str, float]) -> bool:
+    """Did some route get cheaper (news for every upstream; dearer routes only concern senders)?"""
+    return any(c < old.get(h, INF) for h, c in new.items())
+
+
+def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
+    """Did a published route cost move enough to tell upstream (COST_REL or COST_GRAIN_S)?"""
+    if old.keys() != new.keys():
+        return True
+    for h, c in new.items():
+        o = old[h]
+        if math.isfinite(c) != math.isfinite(o):
+            return True
+        if math.isfinite(c) and abs(c - o) > max(COST_GRAIN_S, COST_REL * abs(o)):
+            return True
+    return False
+
+
+class Node:
+    """Reliable channel (seq, ack, retransmit, dedup), causal depth and neighbour views."""
+
+    def __init__(self, node_id: str, env: Env, stage: int, stages: int, holders: Iterable[str]) -> None:
+        self.id = node_id
+        self.env = env
+        self.stage = stage  # -1 for a data holder
+        self.stages = stages
+        self.holders = tuple(holders)
+        self.src_label = stages + 1  # label of a holder as a source (push-relabel's "n")
+        self.max_label = 2 * stages + 3  # "cannot reach any sink"
+        self.prev: set[str] = set()
+        self.next: set[str] = set()
+        self.views: dict[str, State] = {}
+        self.depth = 0
+        self.now = 0.0
+        self.version = 0
+        self.sent = 0
+        self._seq = 0
+        self._unacked: dict[int, tuple[Envelope, float]] = {}
+        self._seen: dict[str, set[int]] = {}
+        self._retry_armed = False
+        self._told: dict[str, tuple] = {}  # neighbour -> (has spare, labels, costs) it last heard from us
+        self._announce_armed = False
+        self._cost_at = -INF
+        self.announce_s = env.retry_s / 4.0
+        self._cheap_cache: dict[str, float] = {}
+        self._fwd_cache: dict[str, int] = {}
+
+    # ------------------------------------------------------------- channel
+    def send(self, dst: str, body: Body, reliable: bool = True) -> None:
+        """Send `body`; reliable ones are retransmitted until acknowledged, others (seq -1) are not.
+
+        Every state we hand a neighbour is remembered, so announcements only carry news to it.
+        """
+        st = getattr(body, "state", None)
+        if isinstance(st, State) and st.node == self.id:
+            self._told[dst] = _summary(st)
+        self.sent += 1
+        if not reliable:
+            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body))
+            return
+        self._seq += 1
+        env = Envelope(self.id, dst, self._seq, self.depth + 1, body)
+        self._unacked[self._seq] = (env, self.now)
+        self.env.transmit(env)
+        if not self._retry_armed:
+            self._retry_armed = True
+            self.env.set_timer(self.id, self.env.retry_s, "retry")
+
+    def stamp(self) -> int:
+        """A fresh version for a state snapshot: the newest snapshot sent always wins."""
+        self.version += 1
+        return self.version
+
+    def receive(self, envelope: Envelope, now: float) -> None:
+        """Entry point for a delivered envelope."""
+        self.now = now
+        body = envelope.body
+        if isinstance(body, Ack):
+            self._unacked.pop(body.seq, None)
+            return
+        if envelope.seq >= 0:
+            self.sent += 1
+            self.env.transmit(Envelope(self.id, envelope.src, 0, 0, Ack(envelope.seq)))
+            seen = self._seen.setdefault(envelope.src, set())
+            if envelope.seq in seen:
+                return  # a retransmission of something already applied
+            seen.add(envelope.seq)
+        if envelope.src not in self.prev and envelope.src not in self.next:
+            return  # from a node we consider gone: its flow was already written off
+        self.depth = max(self.depth, envelope.depth)
+        self.handle(envelope.src, body)
+        self.settle()
+
+    def notify(self, event: NeighbourGone | NeighbourJoined, now: float) -> None:
+        """Failure detector / discovery events from the environment."""
+        self.now = now
+        if isinstance(event, NeighbourGone):
+            self.prev.discard(event.node)
+            self.next.discard(event.node)
+            self.views.pop(event.node, None)
+            self._told.pop(event.node, None)
+            self._cheap_cache.clear()
+            self._fwd_cache.clear()
+            for seq in [s for s, (e, _) in self._unacked.items() if e.dst == event.node]:
+                del self._unacked[seq]
+            self.forget(event.node)
+        else:
+            if event.stage == self.stage - 1 or (self.stage == 0 and event.stage == -1):
+                self.prev.add(event.node)
+            if event.stage == self.stage + 1 or (self.stage == self.stages - 1 and event.stage == -1):
+                self.next.add(event.node)
+            if self.stage == -1 and event.stage == self.stages - 1:
+                self.prev.add(event.node)
+            self._cheap_cache.clear()
+            self._fwd_cache.clear()
+            self._told.pop(event.node, None)  # tell the newcomer who we are
+            self.on_joined()
+        self.settle()
+
+    def on_timer(self, token: str, now: float) -> None:
+        self.now = now
+        if token == "retry":
+            self._retry_armed = False
+            for seq, (env, sent_at) in list(self._unacked.items()):
+                if now - sent_at >= self.env.retry_s - EPS:
+                    self._unacked[seq] = (env, now)
+                    self.sent += 1
+                    self.env.transmit(env)
+            if self._unacked:
+                self._retry_armed = True
+                self.env.set_timer(self.id, self.env.retry_s, "retry")
+        elif token == "ready":
+            if not self.ready:
+                self.ready = True
+                self._cheap_cache.clear()
+                self.settle()
+        elif token == "announce":
+            self._announce_armed = False
+            self._publish()
+        else:
+            self.timer(token)
+            self.settle()
+
+    def view_label(self, node: str, holder: str) -> int:
+        st = self.views.get(node)
+        return st.labels.get(holder, self.max_label) if st else self.max_label
+
+    def view_spare(self, node: str) -> float:
+        st = self.views.get(node)
+        return st.spare if st else 0.0
+
+    def observe(self, state: State) -> None:
+        old = self.views.get(state.node)
+        if old is None or state.version >= old.version:
+            self.views[state.node] = state
+            if state.node not in self.next:
+                return  # only next hops' views feed the cached labels and route costs
+            if old is None or (old.spare > EPS) != (state.spare > EPS) or old.labels != state.labels:
+                self._cheap_cache.clear()
+                self._fwd_cache.clear()
+            elif old.cheapest != state.cheapest:
+                self._cheap_cache.clear()
+
+    def announce(self) -> None:
+        """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time."""
+        if not self._announce_armed:
+            self._announce_armed = True
+            self.env.set_timer(self.id, self.announce_s, "announce")
+
+    def senders(self) -> set[str]:
+        """Upstream nodes whose flow we carry: they care when our route gets dearer."""
+        return set()
+
+    def downstream(self) -> set[str]:
+        """Next hops that hold flow from us: they need our labels to return flow (nobody else does)."""
+        return set()
+
+    def _publish(self) -> None:
+        """Tell each neighbour what changed for it since it last heard from us.
+
+        Upstream neighbours (who push to us) need fullness, labels and route costs; downstream ones
+        only our labels, and only if they hold flow from us (offers carry our state anyway). Good
+        news (spare again, a lower label, a holder reachable again) is reliable: missing it could
+        leave flow unrouted. Bad news and route costs are best effort: a neighbour that missed them
+        learns the truth from our reply to its next offer. Cost-only news is batched, because it
+        cascades through every stage.
+        """
+        if not getattr(self, "ready", True):
+            return  # nobody can use our state before our route costs are known (see check_ready)
+        st = self.state()
+        now = _summary(st)
+        good: list[str] = []
+        other: list[str] = []
+        costs_only = True
+        senders = self.senders()
+        for node in sorted(self.prev):
+            news = _news(self._told.get(node), now, upstream=True, sender=node in senders)
+            if news == GOOD:
+                good.append(node)
+            elif news:
+                other.append(node)
+                costs_only = costs_only and news == COSTS
+        for node in sorted(self.downstream() - self.prev):
+            if node not in self.holders:
+                news = _news(self._told.get(node), now, upstream=False)
+                if news == GOOD:
+                    good.append(node)
+                elif news:
+                    other.append(node)
+                    costs_only = False
+        if not good and not other:
+            return
+        if not good and costs_only:
+            wait = self._cost_at + COST_HOLD * self.announce_s - self.now
+            if wait > EPS:  # only route costs moved: batch such news
+                self._announce_armed = True
+                self.env.set_timer(self.id, wait, "announce")
+                return
+        self._cost_at = self.now
+        body = Announce(st)
+        for node in good:
+            self.send(node, body)
+        for node in other:
+            self.send(node, body, reliable=False)
+
+    # ------------------------------------------------------- for subclasses
+    def handle(self, src: str, body: Body) -> None:
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        raise NotImplementedError
+
+    def state(self) -> State:
+        raise NotImplementedError
+
+    def forget(self, node: str) -> None:
+        raise NotImplementedError
+
+    def on_joined(self) -> None:
+        """A neighbour joined: a new chance to push and improve."""
+
+    def timer(self, token: str) -> None:
+        """Protocol timers other than retransmission."""
