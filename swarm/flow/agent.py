@@ -171,19 +171,37 @@ class Sender(Node):
         """Offer excess to admissible targets, cheapest route to the sink first; returns what is left."""
         left = self.excess(h)
         mine = self.label(h)
-        options = [
-            v for v in self.targets(h) if self.target_spare(h, v) > EPS and self.target_label(h, v) < mine
-        ]
-        options.sort(key=lambda v: (self.target_cheapest(h, v), v))
-        for v in options:
+        options = self._push_options(h, mine)
+        options.sort()
+        for _, v, spare in options:
             if left <= EPS:
                 break
-            rate = min(left, self.target_spare(h, v))
+            rate = min(left, spare)
             oid = self.add_offer(h, v, rate, None)
             bid = self.arrival(h) + self.env.cost(self.id, v)
             self.send(v, Offer(h, rate, oid, mine, bid=bid, state=self.state()))
             left -= rate
         return left
+
+    def _push_options(self, h: str, mine: int) -> list[tuple[float, str, float]]:
+        """(route cost, next hop, spare) of every admissible next hop: spare and a lower label."""
+        if not self.views_fold():  # next hops are not described by their views: the general rule
+            return [
+                (self.target_cheapest(h, v), v, spare)
+                for v in self.targets(h)
+                if (spare := self.target_spare(h, v)) > EPS and self.target_label(h, v) < mine
+            ]
+        # the same rule read straight from the views: this scan runs on every push
+        options = []
+        top, views, cost, offered = self.max_label, self.views, self.env.cost, self._offered
+        for v in self.next:
+            st = views.get(v)
+            if st is None:
+                continue
+            spare = st.spare - offered.get((h, v), 0.0)
+            if spare > EPS and st.labels.get(h, top) < mine:
+                options.append((cost(self.id, v) + st.cheapest.get(h, INF), v, spare))
+        return options
 
     def cancel_deficit(self, h: str) -> None:
         """More flow leaves than arrives: withdraw it from the most expensive next hops."""

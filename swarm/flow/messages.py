@@ -108,7 +108,7 @@ class Announce:
 
 @dataclass(frozen=True)
 class Ack:
-    """Acknowledges envelope `seq`; never acknowledged itself."""
+    """Acknowledges envelope `seq` (and the envelope's `acks`); never acknowledged itself."""
 
     seq: int
 
@@ -133,10 +133,15 @@ Body = Offer | Reply | Return | Cancel | CancelDone | Announce | Ack
 
 @dataclass(frozen=True)
 class Envelope:
-    """One message on the wire. `depth` is the causal depth (used to count asynchronous rounds)."""
+    """One message on the wire. `depth` is the causal depth (used to count asynchronous rounds).
+
+    `acks` acknowledges envelopes the sender got from the addressee: acknowledgements ride on the
+    next message to that node (a reply, usually) instead of costing a message each.
+    """
 
     src: str
     dst: str
     seq: int
     depth: int
     body: Body
+    acks: tuple[int, ...] = ()

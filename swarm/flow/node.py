@@ -117,6 +117,11 @@ class Node:
         self._announce_armed = False
         self._cost_at = -INF
         self.announce_s = env.retry_s / 4.0
+        # acknowledgements wait at most this long for a message to ride on; the sender retransmits
+        # only after retry_s (4x the largest one-way delay), so a round trip plus this fits well
+        self.ack_s = env.retry_s / 8.0
+        self._owed: dict[str, list[int]] = {}
+        self._ack_armed = False
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
 
@@ -130,11 +135,12 @@ class Node:
         if isinstance(st, State) and st.node == self.id:
             self._told[dst] = _summary(st)
         self.sent += 1
+        acks = tuple(self._owed.pop(dst, ()))
         if not reliable:
-            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body))
+            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body, acks))
             return
         self._seq += 1
-        env = Envelope(self.id, dst, self._seq, self.depth + 1, body)
+        env = Envelope(self.id, dst, self._seq, self.depth + 1, body, acks)
         self._unacked[self._seq] = (env, self.now)
         self.env.transmit(env)
         if not self._retry_armed:
@@ -150,12 +156,14 @@ class Node:
         """Entry point for a delivered envelope."""
         self.now = now
         body = envelope.body
+        for seq in (body.seq, *envelope.acks) if isinstance(body, Ack) else envelope.acks:
+            sent = self._unacked.get(seq)
+            if sent is not None and sent[0].dst == envelope.src:
+                del self._unacked[seq]
         if isinstance(body, Ack):
-            self._unacked.pop(body.seq, None)
             return
         if envelope.seq >= 0:
-            self.sent += 1
-            self.env.transmit(Envelope(self.id, envelope.src, 0, 0, Ack(envelope.seq)))
+            self._owe_ack(envelope.src, envelope.seq)
             seen = self._seen.setdefault(envelope.src, set())
             if envelope.seq in seen:
                 return  # a retransmission of something already applied
@@ -165,6 +173,20 @@ class Node:
         self.depth = max(self.depth, envelope.depth)
         self.handle(envelope.src, body)
         self.settle()
+
+    def _owe_ack(self, src: str, seq: int) -> None:
+        """Acknowledge later: on our next message to `src`, or alone after `ack_s` at the latest."""
+        self._owed.setdefault(src, []).append(seq)
+        if not self._ack_armed:
+            self._ack_armed = True
+            self.env.set_timer(self.id, self.ack_s, "acks")
+
+    def _flush_acks(self) -> None:
+        self._ack_armed = False
+        owed, self._owed = self._owed, {}
+        for src, seqs in owed.items():
+            self.sent += 1
+            self.env.transmit(Envelope(self.id, src, 0, 0, Ack(seqs[0]), tuple(seqs[1:])))
 
     def notify(self, event: NeighbourGone | NeighbourJoined, now: float) -> None:
         """Failure detector / discovery events from the environment."""
@@ -178,6 +200,7 @@ class Node:
             self._fwd_cache.clear()
             for seq in [s for s, (e, _) in self._unacked.items() if e.dst == event.node]:
                 del self._unacked[seq]
+            self._owed.pop(event.node, None)
             self.forget(event.node)
         else:
             if event.stage == self.stage - 1 or (self.stage == 0 and event.stage == -1):
@@ -204,6 +227,8 @@ class Node:
             if self._unacked:
                 self._retry_armed = True
                 self.env.set_timer(self.id, self.env.retry_s, "retry")
+        elif token == "acks":
+            self._flush_acks()
         elif token == "ready":
             if not self.ready:
                 self.ready = True
@@ -226,15 +251,45 @@ class Node:
 
     def observe(self, state: State) -> None:
         old = self.views.get(state.node)
-        if old is None or state.version >= old.version:
-            self.views[state.node] = state
-            if state.node not in self.next:
-                return  # only next hops' views feed the cached labels and route costs
-            if old is None or (old.spare > EPS) != (state.spare > EPS) or old.labels != state.labels:
-                self._cheap_cache.clear()
-                self._fwd_cache.clear()
-            elif old.cheapest != state.cheapest:
-                self._cheap_cache.clear()
+        if old is not None and state.version < old.version:
+            return
+        self.views[state.node] = state
+        if state.node not in self.next:
+            return  # only next hops' views feed the cached labels and route costs
+        if old is None or not self.views_fold():
+            self._cheap_cache.clear()
+            self._fwd_cache.clear()
+            return
+        self._fold(old, state)
+
+    def views_fold(self) -> bool:
+        """Whether the caches are minima over next hops' views (see `_fold`)."""
+        return True
+
+    def _fold(self, old: State, new: State) -> None:
+        """Update the cached minima over next hops for one next hop's new view, without a rescan:
+        a value that fell replaces the minimum; one that rose from the minimum drops that entry."""
+        top, v = self.max_label, new.node
+        was_ok, now_ok = old.spare > EPS, new.spare > EPS
+        fwd = self._fwd_cache
+        for h, best in fwd.items():
+            was = old.labels.get(h, top) if was_ok else top
+            now = new.labels.get(h, top) if now_ok else top
+            if now < best:
+                fwd[h] = now
+            elif now > was and was <= best:
+                fwd.clear()  # v may have been the minimum: rescan on next use
+                break
+        cheap = self._cheap_cache
+        if cheap:
+            link = self.env.cost(self.id, v)
+            for h, best in list(cheap.items()):
+                was = link + old.cheapest.get(h, INF) if was_ok and old.labels.get(h, top) < top else INF
+                now = link + new.cheapest.get(h, INF) if now_ok and new.labels.get(h, top) < top else INF
+                if now < best:
+                    cheap[h] = now
+                elif now > was and was <= best:
+                    del cheap[h]
 
     def announce(self) -> None:
         """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time."""

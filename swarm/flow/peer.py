@@ -87,6 +87,9 @@ class PeerAgent(Sender):
     def target_worst(self, h: str, v: str) -> float:
         return self.env.cost(self.id, v) if self.last else super().target_worst(h, v)
 
+    def views_fold(self) -> bool:
+        return not self.last  # the last stage's next hops are holders: their views do not count
+
     def _cheapest_over_targets(self, h: str) -> float:
         if self.last:  # the holder's sink always takes its own microbatches back
             return self.env.cost(self.id, h) if h in self.next else INF

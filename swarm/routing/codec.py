@@ -70,6 +70,11 @@ def _check(value: Any, hint: Any, where: str) -> Any:
         if not isinstance(value, str) or len(value) > 256:
             raise WireError(f"{where}: expected a short string")
         return value
+    if origin is tuple:
+        item_t, more = typing.get_args(hint)
+        if more is not Ellipsis or not isinstance(value, (list, tuple)) or len(value) > MAX_ENTRIES:
+            raise WireError(f"{where}: expected a list")
+        return tuple(_check(v, item_t, f"{where}[{i}]") for i, v in enumerate(value))
     if origin in (typing.Mapping, dict, collections.abc.Mapping):
         key_t, val_t = typing.get_args(hint)
         if not isinstance(value, dict) or len(value) > MAX_ENTRIES:

@@ -18,6 +18,7 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
+from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.cost import HolderRoutes
 from swarm.flow.instance import InstanceError, PeerSpec
 from swarm.recovery.policy import choose_replacement
@@ -67,10 +68,6 @@ class _Planned:
 
     def join_stage(self, eligible: list[int], now: float) -> int:
         """GWTF's join rule: the bottleneck stage of the current flow, if this GPU can hold it."""
-        try:
-            from swarm.flow.bottleneck import bottleneck_stage
-        except ImportError:  # swarm/flow has no bottleneck module yet: least capacity instead
-            bottleneck_stage = None
         sim = self.sim
         assert sim is not None
         capacity = sim.stage_capacity()
@@ -78,7 +75,7 @@ class _Planned:
         if empty:
             return empty[0]
         inst = sim.instance()
-        if inst is not None and bottleneck_stage is not None:
+        if inst is not None:
             stage = bottleneck_stage(inst, self.current_routes(now))
             if stage in eligible:
                 return stage
