@@ -127,11 +127,11 @@ class Sender(Node):
 
     def target_cheapest(self, h: str, v: str) -> float:
         st = self.views.get(v)
-        return self.env.cost(self.id, v) + (st.cheapest.get(h, INF) if st else INF)
+        return self.link(v) + (st.cheapest.get(h, INF) if st else INF)
 
     def target_worst(self, h: str, v: str) -> float:
         st = self.views.get(v)
-        return self.env.cost(self.id, v) + (st.worst.get(h, 0.0) if st else 0.0)
+        return self.link(v) + (st.worst.get(h, 0.0) if st else 0.0)
 
     def worst(self, h: str) -> float | None:
         used = [self.target_worst(h, v) for v, r in self.out[h].items() if r > EPS]
@@ -152,12 +152,12 @@ class Sender(Node):
     def _cheapest_over_targets(self, h: str) -> float:
         """The uncached `cheapest`: next hops that published spare capacity and can reach h's sink."""
         best = INF
-        cost, top = self.env.cost, self.max_label
+        link, top = self.link, self.max_label
         for v in self.next:
             st = self.views.get(v)
             if st is None or st.spare <= EPS or st.labels.get(h, top) >= top:
                 continue
-            c = cost(self.id, v) + st.cheapest.get(h, INF)
+            c = link(v) + st.cheapest.get(h, INF)
             if c < best:
                 best = c
         return best
@@ -178,7 +178,7 @@ class Sender(Node):
                 break
             rate = min(left, spare)
             oid = self.add_offer(h, v, rate, None)
-            bid = self.arrival(h) + self.env.cost(self.id, v)
+            bid = self.arrival(h) + self.link(v)
             self.send(v, Offer(h, rate, oid, mine, bid=bid, state=self.state()))
             left -= rate
         return left
@@ -193,14 +193,14 @@ class Sender(Node):
             ]
         # the same rule read straight from the views: this scan runs on every push
         options = []
-        top, views, cost, offered = self.max_label, self.views, self.env.cost, self._offered
+        top, views, link, offered = self.max_label, self.views, self.link, self._offered
         for v in self.next:
             st = views.get(v)
             if st is None:
                 continue
             spare = st.spare - offered.get((h, v), 0.0)
             if spare > EPS and st.labels.get(h, top) < mine:
-                options.append((cost(self.id, v) + st.cheapest.get(h, INF), v, spare))
+                options.append((link(v) + st.cheapest.get(h, INF), v, spare))
         return options
 
     def cancel_deficit(self, h: str) -> None:
@@ -261,7 +261,7 @@ class Sender(Node):
         spare = self.target_spare(h, w)
         rate = min(self.out[h][v], spare) if spare > EPS else self.out[h][v]
         oid = self.add_offer(h, w, rate, v)
-        bid = self.arrival(h) + self.env.cost(self.id, w)
+        bid = self.arrival(h) + self.link(w)
         swap = None if spare > EPS else v
         self.send(w, Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state()))
         return True

@@ -121,6 +121,7 @@ class Node:
         # only after retry_s (4x the largest one-way delay), so a round trip plus this fits well
         self.ack_s = env.retry_s / 8.0
         self._owed: dict[str, list[int]] = {}
+        self._links: dict[str, float] = {}
         self._ack_armed = False
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
@@ -146,6 +147,20 @@ class Node:
         if not self._retry_armed:
             self._retry_armed = True
             self.env.set_timer(self.id, self.env.retry_s, "retry")
+
+    def link(self, v: str) -> float:
+        """Edge cost to `v`, remembered when the environment says costs only change by its word
+        (`static_costs`; it then calls `forget_costs`): route scans ask for it millions of times."""
+        found = self._links.get(v)
+        if found is None:
+            found = self.env.cost(self.id, v)
+            if getattr(self.env, "static_costs", False):
+                self._links[v] = found
+        return found
+
+    def forget_costs(self) -> None:
+        self._links.clear()
+        self._cheap_cache.clear()
 
     def stamp(self) -> int:
         """A fresh version for a state snapshot: the newest snapshot sent always wins."""
@@ -282,7 +297,7 @@ class Node:
                 break
         cheap = self._cheap_cache
         if cheap:
-            link = self.env.cost(self.id, v)
+            link = self.link(v)
             for h, best in list(cheap.items()):
                 was = link + old.cheapest.get(h, INF) if was_ok and old.labels.get(h, top) < top else INF
                 now = link + new.cheapest.get(h, INF) if now_ok and new.labels.get(h, top) < top else INF

@@ -53,6 +53,8 @@ class PeerAgent(Sender):
         self._labels: dict[str, int] = {}
         self.bids: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.preempts = 4
+        self._labels_fresh = False  # labels were just recomputed by on_offer
+        self._returned = False  # settle() handed flow back upstream
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
@@ -82,17 +84,17 @@ class PeerAgent(Sender):
         return 0 if self.last else super().target_label(h, v)
 
     def target_cheapest(self, h: str, v: str) -> float:
-        return self.env.cost(self.id, v) if self.last else super().target_cheapest(h, v)
+        return self.link(v) if self.last else super().target_cheapest(h, v)
 
     def target_worst(self, h: str, v: str) -> float:
-        return self.env.cost(self.id, v) if self.last else super().target_worst(h, v)
+        return self.link(v) if self.last else super().target_worst(h, v)
 
     def views_fold(self) -> bool:
         return not self.last  # the last stage's next hops are holders: their views do not count
 
     def _cheapest_over_targets(self, h: str) -> float:
         if self.last:  # the holder's sink always takes its own microbatches back
-            return self.env.cost(self.id, h) if h in self.next else INF
+            return self.link(h) if h in self.next else INF
         return super()._cheapest_over_targets(h)
 
     def upstream_label(self, u: str, h: str) -> int:
@@ -179,6 +181,7 @@ class PeerAgent(Sender):
         else:
             accepted = 0.0
         self.relabel()
+        self._labels_fresh = True  # settle() follows at once: no need to relabel again
         self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
 
     def arrival(self, h: str) -> float:
@@ -220,10 +223,10 @@ class PeerAgent(Sender):
         ]
         if not full:
             return False
-        v = min(full, key=lambda v: (self.env.cost(self.id, v) + self.views[v].cheapest.get(h, INF), v))
+        v = min(full, key=lambda v: (self.link(v) + self.views[v].cheapest.get(h, INF), v))
         self.preempts -= 1
         oid = self.add_offer(h, v, left, None)
-        bid = self.arrival(h) + self.env.cost(self.id, v)
+        bid = self.arrival(h) + self.link(v)
         self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1, state=self.state()))
         return True
 
@@ -283,8 +286,14 @@ class PeerAgent(Sender):
 
     # ---------------------------------------------------------------- core
     def settle(self) -> None:
-        """Relabel, then push / return / cancel until every holder's excess is handled, then improve."""
-        self.relabel()
+        """Relabel, then push / return / cancel until every holder's excess is handled, then improve.
+
+        Labels depend only on views and in-flows, so they are recomputed at the end only if flow was
+        handed back upstream here.
+        """
+        if not self._labels_fresh:
+            self.relabel()
+        self._labels_fresh = self._returned = False
         over = self.carried() - self.capacity
         if over > EPS:  # capacity dropped: hand the most expensive in-flows back
             self._return_most_expensive(over)
@@ -304,7 +313,8 @@ class PeerAgent(Sender):
                 self.cancel_deficit(h)
         if not busy and not self.offers and not self.cancels:
             self.try_improve()
-        self.relabel()
+        if self._returned:
+            self.relabel()
         self.announce()
 
     def _return(self, h: str, amount: float) -> float:
@@ -318,6 +328,7 @@ class PeerAgent(Sender):
             rate = min(amount, self.inflow[h][u])
             self.inflow[h][u] -= rate
             amount -= rate
+            self._returned = True
             self.send(u, Return(h, rate, self.state()))
         return amount
 
@@ -331,6 +342,7 @@ class PeerAgent(Sender):
             rate = min(amount, self.inflow[h][u])
             self.inflow[h][u] -= rate
             amount -= rate
+            self._returned = True
             self.send(u, Return(h, rate, self.state()))
 
 
