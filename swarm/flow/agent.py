@@ -134,8 +134,11 @@ class Sender(Node):
         return self.link(v) + (st.worst.get(h, 0.0) if st else 0.0)
 
     def worst(self, h: str) -> float | None:
+        if h in self._worst_cache:
+            return self._worst_cache[h]
         used = [self.target_worst(h, v) for v, r in self.out[h].items() if r > EPS]
-        return max(used) if used else None
+        found = self._worst_cache[h] = max(used) if used else None
+        return found
 
     def cheapest(self, h: str) -> float:
         """Cheapest route to h's sink through next hops that published spare capacity (cached).
@@ -218,6 +221,7 @@ class Sender(Node):
 
     def cancel(self, h: str, v: str, rate: float) -> None:
         self.out[h][v] -= rate
+        self._worst_cache.clear()
         cid = self._new_id()
         self.cancels[cid] = (h, v, rate)
         self.send(v, Cancel(h, rate, cid))
@@ -277,6 +281,7 @@ class Sender(Node):
             return
         if msg.accepted > EPS:
             self.out[h][v] = self.out[h].get(v, 0.0) + msg.accepted
+            self._worst_cache.clear()
             if old is not None and self.out[h].get(old, 0.0) > EPS:
                 self.cancel(h, old, min(msg.accepted, self.out[h][old]))
 
@@ -284,6 +289,7 @@ class Sender(Node):
         self.observe(msg.state)
         if src in self.next:  # may dip below zero while a cancel to src is in flight
             self.out[msg.holder][src] = self.out[msg.holder].get(src, 0.0) - msg.rate
+            self._worst_cache.clear()
 
     def on_cancel_done(self, src: str, msg: CancelDone) -> None:
         self.observe(msg.state)
@@ -292,11 +298,13 @@ class Sender(Node):
             return
         h, v, rate = entry
         self.out[h][v] = self.out[h].get(v, 0.0) + max(0.0, rate - msg.cancelled)
+        self._worst_cache.clear()
 
     def forget_target(self, node: str) -> None:
         """A next hop is gone: its flow vanishes, offers to it count as rejected."""
         for h in self.holders:
             self.out[h].pop(node, None)
+            self._worst_cache.clear()
         for oid in [k for k, e in self.offers.items() if e[1] == node]:
             self.pop_offer(oid)
         self.cancels = {k: e for k, e in self.cancels.items() if e[1] != node}

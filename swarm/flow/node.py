@@ -122,6 +122,7 @@ class Node:
         self.ack_s = env.retry_s / 8.0
         self._owed: dict[str, list[int]] = {}
         self._links: dict[str, float] = {}
+        self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
         self._ack_armed = False
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
@@ -161,6 +162,7 @@ class Node:
     def forget_costs(self) -> None:
         self._links.clear()
         self._cheap_cache.clear()
+        self._worst_cache.clear()
 
     def stamp(self) -> int:
         """A fresh version for a state snapshot: the newest snapshot sent always wins."""
@@ -213,6 +215,7 @@ class Node:
             self._told.pop(event.node, None)
             self._cheap_cache.clear()
             self._fwd_cache.clear()
+            self._worst_cache.clear()
             for seq in [s for s, (e, _) in self._unacked.items() if e.dst == event.node]:
                 del self._unacked[seq]
             self._owed.pop(event.node, None)
@@ -226,6 +229,7 @@ class Node:
                 self.prev.add(event.node)
             self._cheap_cache.clear()
             self._fwd_cache.clear()
+            self._worst_cache.clear()
             self._told.pop(event.node, None)  # tell the newcomer who we are
             self.on_joined()
         self.settle()
@@ -271,6 +275,7 @@ class Node:
         self.views[state.node] = state
         if state.node not in self.next:
             return  # only next hops' views feed the cached labels and route costs
+        self._worst_cache.clear()
         if old is None or not self.views_fold():
             self._cheap_cache.clear()
             self._fwd_cache.clear()
