@@ -9,6 +9,7 @@ import typer
 
 from cli.errors import UserError, user_errors
 from swarm.flow.instance import InstanceError
+from swarm.routing.demand import POLICIES
 from swarm.sim.hardware import PRESETS, HardwareError
 
 ROUTER_CHOICES = ("gwtf", "swarm", "oracle", "all")
@@ -19,7 +20,14 @@ def _format_row(router: str, summary: dict) -> str:
     return f"  {router:<7} {cells}"
 
 
-def _override(sc, model: str | None, peers: int | None, stages: int | None, hours: float | None):
+def _override(
+    sc,
+    model: str | None,
+    peers: int | None,
+    stages: int | None,
+    hours: float | None,
+    demand: str | None = None,
+):
     """The scenario with the command line's overrides applied (and named after them)."""
     from swarm.sim.scenario import ScenarioError
 
@@ -34,6 +42,8 @@ def _override(sc, model: str | None, peers: int | None, stages: int | None, hour
         sc, tags = sc.with_(stages=stages), [*tags, f"{stages}s"]
     if hours is not None:
         sc, tags = sc.with_(max_time_s=hours * 3600.0, iterations=10**9), [*tags, f"{hours:g}h"]
+    if demand is not None and demand != sc.holder_demand:
+        sc, tags = sc.with_(holder_demand=demand), [*tags, f"demand-{demand}"]
     return sc.with_(name=":".join([sc.name, *tags])) if tags else sc
 
 
@@ -56,6 +66,11 @@ def register(app: typer.Typer) -> None:
         stages: int | None = typer.Option(None, help="Override the number of pipeline stages."),
         hours: float | None = typer.Option(
             None, help="Simulate this many hours instead of a number of iterations (stops at the limit)."
+        ),
+        holder_demand: str | None = typer.Option(
+            None,
+            help="What holders ask the routing for: all (as much as the swarm carries) or adaptive "
+            "(twice the rate they measured last iteration); overrides the scenario's.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
         plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
@@ -82,9 +97,14 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--peers", peers), ("--stages", stages), ("--hours", hours)):
             if value is not None and not value > 0:
                 raise UserError(f"{flag} must be positive, got {value}")
+        if holder_demand is not None and holder_demand not in POLICIES:
+            raise UserError(f"--holder-demand must be one of {', '.join(POLICIES)}, got {holder_demand!r}")
         routers = ("gwtf", "swarm", "oracle") if router == "all" else (router,)
         try:
-            scenarios = [_override(resolve_scenario(name), model, peers, stages, hours) for name in scenario]
+            scenarios = [
+                _override(resolve_scenario(name), model, peers, stages, hours, holder_demand)
+                for name in scenario
+            ]
         except ScenarioError as exc:
             raise UserError(str(exc)) from None
         table = {}

@@ -77,6 +77,11 @@ def register(app: typer.Typer) -> None:
         recovery_max_age: int = typer.Option(
             50, help="With auto: a checkpoint older than this many iterations loses to the neighbours."
         ),
+        holder_demand: str = typer.Option(
+            "all",
+            help="What data holders ask the routing for: all (as much as the swarm carries) or "
+            "adaptive (twice the microbatches/s they measured in their last iteration).",
+        ),
         run: str = typer.Option("swarm", "--run", help="Run id (the DHT key prefix)."),
         initial_peers: list[str] = typer.Option([], "--initial-peers", help="Join an existing DHT."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
@@ -100,7 +105,7 @@ def register(app: typer.Typer) -> None:
             iterations=iterations, batch_size=batch_size, microbatch_size=microbatch_size, seq_len=seq_len,
             lr=lr, weight_decay=weight_decay, optimizer=optimizer, seed=seed, device=device,
             compression=compression, exact_gradients=exact_gradients, run_id=run,
-            stage_recovery=stage_recovery, recovery_max_age=recovery_max_age,
+            stage_recovery=stage_recovery, recovery_max_age=recovery_max_age, holder_demand=holder_demand,
         )  # fmt: skip
         if device.startswith("cuda"):
             import torch

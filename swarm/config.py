@@ -10,6 +10,7 @@ from models.data import EMBEDDED, Schedule
 from models.partition import StageSpec, partition
 from models.presets import ModelConfigError, load_config
 from swarm.recovery.policy import STAGE_RECOVERY
+from swarm.routing.demand import POLICIES as DEMAND_POLICIES
 
 OPTIMIZERS = ("adamw", "adamw8bit")
 
@@ -39,6 +40,7 @@ class TrainConfig:
     exact_gradients: bool = True  # float64 accumulation: bit-stable under any arrival order
     stage_recovery: str = "auto"  # a stage that lost every replica: auto, checkpoint or neighbours
     recovery_max_age: int = 50  # auto: checkpoints older than this many iterations lose to neighbours
+    holder_demand: str = "all"  # what holders ask the routing for: all or adaptive (swarm/routing/demand.py)
     run_id: str = "swarm"
     extra: dict = field(default_factory=dict)
 
@@ -53,6 +55,9 @@ class TrainConfig:
             raise ConfigError("--lr must be positive")
         if self.compression not in ("none", "fp16", "int8"):
             raise ConfigError(f"unknown compression {self.compression!r} (use none, fp16 or int8)")
+        if self.holder_demand not in DEMAND_POLICIES:
+            choices = ", ".join(DEMAND_POLICIES)
+            raise ConfigError(f"unknown --holder-demand {self.holder_demand!r} (use {choices})")
         if self.stage_recovery not in STAGE_RECOVERY:
             choices = ", ".join(STAGE_RECOVERY)
             raise ConfigError(f"unknown --stage-recovery {self.stage_recovery!r} (use {choices})")

@@ -31,6 +31,7 @@ from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, rea
 from swarm.recovery.state_sync import download_state
 from swarm.registry import Manifest, ProgressRecord
 from swarm.registry.view import bottleneck_stage
+from swarm.routing.demand import ALL
 from swarm.routing.live import LiveFlow
 from swarm.routing.rebalance import Move, best_move, move_delay
 from swarm.stage.server import StageServer
@@ -41,7 +42,7 @@ MANIFEST_TTL_S = 7 * 24 * 3600.0
 
 
 LEAVE_WAIT_S = 30.0  # Ctrl-C: how long a leaving peer waits for the step of the work it holds
-HOLDER_DEMAND = 1000.0  # microbatches/s a holder asks for: "as many as the swarm can carry"
+HOLDER_DEMAND = ALL  # a holder's first demand: as many microbatches/s as the swarm can carry
 
 
 async def serve_stats(node: SwarmNode, worker, flow: LiveFlow) -> None:
@@ -303,6 +304,7 @@ async def run_initiator(
             await presence.refresh_view()
             metrics = await coordinator.run_iteration(iteration)
             history.append(metrics)
+            flow.restate_demand(cfg.holder_demand, metrics.microbatches, metrics.seconds)
             if save and checkpoint_every and (iteration + 1) % checkpoint_every == 0:
                 latest["dir"] = str(await save_swarm_checkpoint(coordinator, holder, manifest, save))
             await publish_progress(node, metrics, history)

@@ -21,6 +21,7 @@ from swarm.flow.node import Node as Agent
 from swarm.flow.peer import PeerAgent
 from swarm.node import SwarmNode
 from swarm.routing.codec import from_wire, to_wire
+from swarm.routing.demand import next_demand
 from swarm.wire import WireError
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,18 @@ class LiveFlow:
             await self.node.call(dst, "flow", {"m": payload}, timeout=5.0)
         except Exception as exc:  # noqa: BLE001 - the protocol retransmits until acknowledged
             log.warning("flow message to %s failed: %s", dst, exc)
+
+    def restate_demand(self, policy: str, microbatches: int, seconds: float) -> None:
+        """After a holder's iteration: ask the routing for what `policy` says (routing/demand.py)."""
+        agent = self.agent
+        if not isinstance(agent, HolderAgent) or self.closed:
+            return
+        new = next_demand(policy, agent.demand, microbatches, seconds)
+        if new is not None:
+            log.info("holder demand %.2f -> %.2f microbatches/s", agent.demand, new)
+            agent.now = self.now()
+            agent.set_demand(new)
+            self.on_change()
 
     def set_timer(self, node: str, delay: float, token: str) -> None:
         self.loop.call_later(delay, self._fire, token)

@@ -66,6 +66,9 @@ class _Planned:
     def on_timeout(self, node: str, peer: str, now: float) -> None:
         pass  # the simulator stops offering the peer to this sender; the plan changes on expiry
 
+    def on_demand(self, demands: dict[str, float], now: float) -> None:
+        pass
+
     def join_stage(self, eligible: list[int], now: float) -> int:
         """GWTF's join rule: the bottleneck stage of the current flow, if this GPU can hold it."""
         sim = self.sim
@@ -129,6 +132,9 @@ class OracleRouter(_Planned):
         self._solve()
 
     def on_join(self, peer: PeerSpec, now: float) -> None:
+        self._solve()
+
+    def on_demand(self, demands: dict[str, float], now: float) -> None:
         self._solve()
 
 
@@ -206,6 +212,13 @@ class GwtfRouter(_Planned):
             self.on_crash(dead, now)
         self._fresh_at, self._settled = now, False
 
+    def on_demand(self, demands: dict[str, float], now: float) -> None:
+        """Holders told their agents a new demand: the protocol re-plans from there."""
+        self._advance(now)
+        for holder, demand in demands.items():
+            self.bus.set_demand(holder, demand)
+        self._fresh_at, self._settled = now, False
+
     def messages(self) -> int:
         return int(self.bus.stats.messages)
 
@@ -257,6 +270,9 @@ class SwarmBaseline:
 
     def on_join(self, peer: PeerSpec, now: float) -> None:
         pass
+
+    def on_demand(self, demands: dict[str, float], now: float) -> None:
+        pass  # SWARM has no plan: a holder's demand changes nothing
 
     def join_stage(self, eligible: list[int], now: float) -> int:
         assert self.sim is not None

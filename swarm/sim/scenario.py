@@ -15,6 +15,7 @@ from typing import Any
 import tomllib
 
 from swarm.flow.instance import geo_matrix
+from swarm.routing.demand import POLICIES
 from swarm.sim.allreduce import AVERAGING
 from swarm.sim.hardware import DEFAULT_MFU, PRESETS, HardwareError, ModelSpec, gpu, model_from_raw
 
@@ -51,12 +52,16 @@ class Scenario:
     seed: int
     explicit_peers: tuple[PeerEntry, ...] = ()
     averaging: str = "direct"  # how replicas exchange gradients (swarm/sim/allreduce.py)
+    holder_demand: str = "all"  # what holders ask the routing for (swarm/routing/demand.py)
 
     def with_(self, **changes: Any) -> Scenario:
         return replace(self, **changes)
 
 
-_TOP = {"name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed", "averaging"}
+_TOP = {
+    "name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed", "averaging",
+    "holder_demand",
+}  # fmt: skip
 GEO10 = ("Belgium", "Canada", "Germany", "Iowa", "Japan", "LA", "London", "NL", "Oregon", "Singapore")
 HETERO_MIX = {"A100-80GB": 0.1, "A100-40GB": 0.1, "L4": 0.2, "RTX-4090": 0.2, "RTX-3090": 0.2, "T4": 0.2}
 
@@ -172,6 +177,9 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
     averaging = raw.get("averaging", "direct")
     if averaging not in AVERAGING:
         raise ScenarioError(f"scenario: 'averaging' must be one of {', '.join(AVERAGING)}, got {averaging!r}")
+    demand = raw.get("holder_demand", "all")
+    if demand not in POLICIES:
+        raise ScenarioError(f"scenario: 'holder_demand' must be one of {', '.join(POLICIES)}, got {demand!r}")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ScenarioError("scenario: 'name' must be a non-empty string")
@@ -193,6 +201,7 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
         seed=_int(raw, "seed", "scenario", 0, low=0),
         explicit_peers=entries,
         averaging=averaging,
+        holder_demand=demand,
     )
 
 

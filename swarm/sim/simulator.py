@@ -26,6 +26,7 @@ from typing import Protocol
 from swarm.flow.cost import HolderRoutes
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec, geo_matrix
 from swarm.recovery.policy import adaptive_timeout, stage_must_wait
+from swarm.routing.demand import ALL, next_demand
 from swarm.sim.allreduce import step_times
 from swarm.sim.engine import EventQueue
 from swarm.sim.faults import Faults
@@ -34,8 +35,6 @@ from swarm.sim.metrics import SimResult
 from swarm.sim.population import Churn, Machine, eligible_stages, least_capacity_stage
 from swarm.sim.scenario import Scenario
 from swarm.sim.state import LoadView, Microbatch, Node
-
-HOLDER_DEMAND_MB_S = 1000.0  # a live holder's flow demand (swarm/runner.py): all the swarm can carry
 
 (
     FWD_ARRIVE,
@@ -67,6 +66,7 @@ class Router(Protocol):
     def on_crash(self, peer: str, now: float) -> None: ...
     def on_timeout(self, node: str, peer: str, now: float) -> None: ...
     def on_join(self, peer: PeerSpec, now: float) -> None: ...
+    def on_demand(self, demands: dict[str, float], now: float) -> None: ...
     def join_stage(self, eligible: list[int], now: float) -> int: ...
     def routes(self, now: float) -> HolderRoutes | None: ...
     def messages(self) -> int: ...
@@ -112,6 +112,8 @@ class Simulation(Faults):
         self.rejected = 0
         for machine in self.churn.initial():
             self._place(machine, initial=True)
+        self.demand = dict.fromkeys(self.holders, ALL)  # what each holder asks the routing for
+        self._iter_start = 0.0
         share, extra = divmod(scenario.global_batch, len(self.holders))
         self.batch_share = {h: share + (1 if i < extra else 0) for i, h in enumerate(self.holders)}
 
@@ -129,7 +131,7 @@ class Simulation(Faults):
         if self._instance is None:
             peers = [self.spec(p) for s in range(self.stages) for p in self.live[s] + self.gone[s]]
             holders = [
-                HolderSpec(h, HOLDER_DEMAND_MB_S, self.nodes[h].compute_s, self.nodes[h].region)
+                HolderSpec(h, self.demand[h], self.nodes[h].compute_s, self.nodes[h].region)
                 for h in self.holders
             ]
             try:
@@ -141,7 +143,8 @@ class Simulation(Faults):
     def spec(self, peer: str) -> PeerSpec:
         """The peer as the flow sees it: what a live peer publishes (swarm/runner.py), its measured
         throughput in microbatches/s (forward + backward) as capacity and 1/throughput as compute
-        time; holders ask for HOLDER_DEMAND_MB_S. The flow's rates become dispatch shares."""
+        time; holders ask for what the scenario's `holder_demand` policy says (swarm/routing/demand.py).
+        The flow's rates become dispatch shares."""
         n = self.nodes[peer]
         return PeerSpec(n.id, n.stage, 1.0 / n.compute_s, n.compute_s, n.region)
 
@@ -251,6 +254,7 @@ class Simulation(Faults):
     def _start_iteration(self, now: float) -> None:
         self._traffic = {} if self.res.iterations == self.snapshot_iter else None
         self.iter_done = 0
+        self._iter_start = now
         for holder in self.holders:
             for _ in range(self.batch_share[holder]):
                 mb = Microbatch(self.next_mb, holder, self.stages)
@@ -277,12 +281,24 @@ class Simulation(Faults):
             last = max(last, ready)
         self.res.averaging_s += last - now
         self.res.iterations += 1
+        self._update_demand(now)
         self.mbs.clear()
         for node in self.nodes.values():
             node.carried.clear()
         # the next iteration starts at once (it queues at stages still averaging); after the last
         # one, training ends when every stage has taken its step
         self.q.push(now if self.res.iterations < self.sc.iterations else last, ITER_START)
+
+    def _update_demand(self, now: float) -> None:
+        """Holders re-state their demand from the iteration just done, as live holders do."""
+        changed, seconds = False, now - self._iter_start
+        for h in self.holders:
+            new = next_demand(self.sc.holder_demand, self.demand[h], self.batch_share[h], seconds)
+            if new is not None:
+                self.demand[h], changed = new, True
+        if changed:
+            self._instance = None
+            self.router.on_demand(dict(self.demand), now)
 
     def _complete(self, mb: Microbatch, now: float) -> None:
         self.res.completed += 1

@@ -67,6 +67,7 @@ def test_user_errors_are_one_line(tmp_path) -> None:
         (["--scenario", "homogeneous-single-region", "--router", "best"], "unknown router 'best'"),
         (["--scenario", "homogeneous-single-region", "--model", "gpt-9"], "unknown model preset 'gpt-9'"),
         ([], "give a scenario"),
+        (["-s", "homogeneous-single-region", "--holder-demand", "lots"], "--holder-demand must be one"),
     ]
     for args, message in cases:
         out = swarm(*args)

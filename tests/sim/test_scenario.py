@@ -73,6 +73,7 @@ def test_json_and_toml_files(tmp_path) -> None:
         ({"training": {"max_time_s": 0}}, "'max_time_s' must be positive"),
         ({"model": {"layers": 4, "hidden": "big"}}, "'hidden' must be a positive integer"),
         ({"averaging": "gossip"}, "'averaging' must be one of direct, ring, got 'gossip'"),
+        ({"holder_demand": "more"}, "'holder_demand' must be one of all, adaptive, got 'more'"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message) -> None:
