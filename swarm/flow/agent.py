@@ -300,6 +300,20 @@ class Sender(Node):
         self.out[h][v] = self.out[h].get(v, 0.0) + max(0.0, rate - msg.cancelled)
         self._worst_cache.clear()
 
+    def write_off(self, node: str, inflow: dict[str, float], out: dict[str, float]) -> None:
+        """Tell a neighbour we consider gone which flows we wrote off (best effort, no retries).
+
+        A crashed peer never reads it. A live one that was only thought gone (a failed call, a stale
+        record) drops the same flows, so the two sides agree again when it is rediscovered: it would
+        otherwise keep counting our old in-flow against its capacity and never be offered work.
+        """
+        for h, rate in inflow.items():
+            if rate > EPS:
+                self.send(node, Return(h, rate, self.state()), reliable=False)
+        for h, rate in out.items():
+            if rate > EPS:
+                self.send(node, Cancel(h, rate, self._new_id()), reliable=False)
+
     def forget_target(self, node: str) -> None:
         """A next hop is gone: its flow vanishes, offers to it count as rejected."""
         for h in self.holders:

@@ -55,7 +55,9 @@ class HolderAgent(Sender):
 
     def forget(self, node: str) -> None:
         """A neighbour left: like a peer, only a holder that lost flow gets a few moves back."""
-        lost = self.out[self.id].get(node, 0.0) > EPS
+        h = self.id
+        lost = self.out[h].get(node, 0.0) > EPS
+        self.write_off(node, {h: self.sink_in.get(node, 0.0)}, {h: self.out[h].get(node, 0.0)})
         self.sink_in.pop(node, None)
         self.forget_target(node)
         self.budget = self.preempts = 2 if lost else 0

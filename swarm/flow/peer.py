@@ -263,9 +263,10 @@ class PeerAgent(Sender):
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves
         (REPAIR_MOVES); the others keep their routes and drop what is left of their improvement
         budget, so that a churn event costs a bounded repair, not a second optimisation."""
-        lost = any(
-            self.inflow[h].get(node, 0.0) > EPS or self.out[h].get(node, 0.0) > EPS for h in self.holders
-        )
+        inflow = {h: self.inflow[h].get(node, 0.0) for h in self.holders}
+        out = {h: self.out[h].get(node, 0.0) for h in self.holders}
+        lost = any(r > EPS for r in (*inflow.values(), *out.values()))
+        self.write_off(node, inflow, out)
         for h in self.holders:
             self.inflow[h].pop(node, None)
             self.bids[h].pop(node, None)

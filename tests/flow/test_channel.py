@@ -54,3 +54,33 @@ def test_envelopes_with_acknowledgements_cross_the_codec() -> None:
     for bad in ("4,9", [4, "x"], list(range(5000))):
         with pytest.raises(WireError):
             from_wire({**raw, "acks": bad})
+
+
+def test_a_neighbour_wrongly_thought_gone_gets_work_again() -> None:
+    """A failed call makes a peer write a live neighbour off; both sides drop the same flows, and
+    once the neighbour is rediscovered the flow is consistent and maximal again (a stale in-flow
+    used to block the neighbour's capacity for good)."""
+    from swarm.flow import cost
+    from swarm.flow.check import violations
+    from swarm.flow.messages import NeighbourGone, NeighbourJoined
+    from swarm.flow.reference import max_flow_value
+
+    inst = random_instance(6, 2, 1, seed=3)
+    bus = MessageBus(inst, seed=3)
+    bus.run_until_quiescent()
+    h = inst.holder_ids()[0]
+    u, v = next(
+        (u, v)
+        for u in (p.id for p in inst.peers_of(0))
+        for v, rate in bus.agents[u].out[h].items()
+        if rate > 1e-6
+    )
+    bus.agents[u].notify(NeighbourGone(v), bus.now)  # v is alive: only u thinks it gone
+    bus.run_until_quiescent()
+    assert bus.agents[v].inflow[h].get(u, 0.0) == 0.0  # v dropped what u wrote off
+    bus.agents[u].notify(NeighbourJoined(v, 1), bus.now)
+    bus.agents[v]._told.pop(u, None)  # v is told u rediscovered it (the DHT does it live)
+    bus.agents[v].announce()
+    assert bus.run_until_quiescent().quiescent
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
