@@ -134,11 +134,10 @@ class Sender(Node):
         return self.link(v) + (st.worst.get(h, 0.0) if st else 0.0)
 
     def worst(self, h: str) -> float | None:
-        if h in self._worst_cache:
-            return self._worst_cache[h]
-        used = [self.target_worst(h, v) for v, r in self.out[h].items() if r > EPS]
-        found = self._worst_cache[h] = max(used) if used else None
-        return found
+        if h not in self._worst_cache:
+            used = [self.target_worst(h, v) for v, r in self.out[h].items() if r > EPS]
+            self._worst_cache[h] = max(used) if used else None
+        return self._worst_cache[h]
 
     def cheapest(self, h: str) -> float:
         """Cheapest route to h's sink through next hops that published spare capacity (cached).
@@ -187,14 +186,8 @@ class Sender(Node):
         return left
 
     def _push_options(self, h: str, mine: int) -> list[tuple[float, str, float]]:
-        """(route cost, next hop, spare) of every admissible next hop: spare and a lower label."""
-        if not self.views_fold():  # next hops are not described by their views: the general rule
-            return [
-                (self.target_cheapest(h, v), v, spare)
-                for v in self.targets(h)
-                if (spare := self.target_spare(h, v)) > EPS and self.target_label(h, v) < mine
-            ]
-        # the same rule read straight from the views: this scan runs on every push
+        """(route cost, next hop, spare) of every admissible next hop: spare and a lower label, read
+        straight from the views (this scan runs on every push)."""
         options = []
         top, views, link, offered = self.max_label, self.views, self.link, self._offered
         for v in self.next:

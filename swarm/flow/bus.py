@@ -64,8 +64,7 @@ class MessageBus:
         self.retry_s = 4.0 * max_delay
         self.now = 0.0
         self.stats = ProtocolStats()
-        self._costs: dict[tuple[str, str], float] = {}
-        self.static_costs = True  # costs change only by set_compute / add_peer, which say so
+        self.static_costs = True  # costs change only by set_compute / add_peer, which tell the agents
         self._heap: list[tuple[float, int, int, object]] = []
         self._tick = itertools.count()
         self.agents: dict[str, PeerAgent | HolderAgent] = {}
@@ -99,11 +98,7 @@ class MessageBus:
         heapq.heappush(self._heap, (self.now + delay, next(self._tick), 1, (node, token)))
 
     def cost(self, a: str, b: str) -> float:
-        """Edge costs never change between compute-time events (`set_compute` clears them)."""
-        found = self._costs.get((a, b))
-        if found is None:
-            found = self._costs[(a, b)] = self.instance.edge_cost(a, b)
-        return found
+        return self.instance.edge_cost(a, b)
 
     # ------------------------------------------------------------ running
     def _step(self) -> None:
@@ -178,9 +173,8 @@ class MessageBus:
     def add_peer(self, spec: PeerSpec) -> None:
         """A peer joins: the adjacent stages discover it, it announces itself and is pushed to."""
         self.instance = self.instance.replace(peers=[*self.instance.peers, spec])
-        self._costs.clear()  # the id may have served before, elsewhere
         for other in self.agents.values():
-            other.forget_costs()
+            other.forget_costs(spec.id)  # the id may have served before, elsewhere
         agent = self._make_peer(spec)
         self.agents[spec.id] = agent
         self._wire(agent)
@@ -215,9 +209,8 @@ class MessageBus:
 
     def set_compute(self, node_id: str, compute_s: float) -> None:
         """A node's compute time changed (so did its edge costs): neighbours re-evaluate."""
-        self._costs.clear()
         for other in self.agents.values():
-            other.forget_costs()
+            other.forget_costs(None if other.id == node_id else node_id)
         spec = self.instance.node(node_id)
         if isinstance(spec, PeerSpec):
             new_p = PeerSpec(spec.id, spec.stage, spec.capacity, compute_s, spec.region)

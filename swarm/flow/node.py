@@ -121,11 +121,12 @@ class Node:
         # only after retry_s (4x the largest one-way delay), so a round trip plus this fits well
         self.ack_s = env.retry_s / 8.0
         self._owed: dict[str, list[int]] = {}
-        self._links: dict[str, float] = {}
-        self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
         self._ack_armed = False
+        self._static_costs = bool(getattr(env, "static_costs", False))
+        self._links: dict[str, float] = {}  # edge costs to neighbours, when the env says they are static
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
+        self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
 
     # ------------------------------------------------------------- channel
     def send(self, dst: str, body: Body, reliable: bool = True) -> None:
@@ -155,12 +156,16 @@ class Node:
         found = self._links.get(v)
         if found is None:
             found = self.env.cost(self.id, v)
-            if getattr(self.env, "static_costs", False):
+            if self._static_costs:
                 self._links[v] = found
         return found
 
-    def forget_costs(self) -> None:
-        self._links.clear()
+    def forget_costs(self, node: str | None = None) -> None:
+        """Edge costs to `node` (to everyone, without one) changed: drop what was derived from them."""
+        if node is None:
+            self._links.clear()
+        else:
+            self._links.pop(node, None)
         self._cheap_cache.clear()
         self._worst_cache.clear()
 

@@ -92,6 +92,11 @@ class PeerAgent(Sender):
     def views_fold(self) -> bool:
         return not self.last  # the last stage's next hops are holders: their views do not count
 
+    def _push_options(self, h: str, mine: int) -> list[tuple[float, str, float]]:
+        if self.last:  # the holder's sink takes everything of its own, at label 0
+            return [(self.link(h), h, INF)] if h in self.next and mine > 0 else []
+        return super()._push_options(h, mine)
+
     def _cheapest_over_targets(self, h: str) -> float:
         if self.last:  # the holder's sink always takes its own microbatches back
             return self.link(h) if h in self.next else INF
