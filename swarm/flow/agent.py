@@ -95,18 +95,22 @@ class Sender(Node):
         return self._offered.get((h, dst), 0.0)
 
     def add_offer(self, h: str, v: str, rate: float, old: str | None) -> int:
+        """Track an offer. A move (`old` set) only shifts flow that already leaves, so it does not
+        count against excess: counted, it would read as a deficit and cancel flow meanwhile."""
         oid = self._new_id()
         self.offers[oid] = (h, v, rate, old)
         self._offered[(h, v)] = self._offered.get((h, v), 0.0) + rate
-        self._offered_h[h] = self._offered_h.get(h, 0.0) + rate
+        if old is None:
+            self._offered_h[h] = self._offered_h.get(h, 0.0) + rate
         return oid
 
     def pop_offer(self, oid: int) -> tuple[str, str, float, str | None] | None:
         entry = self.offers.pop(oid, None)
         if entry is not None:
-            h, v, rate, _ = entry
+            h, v, rate, old = entry
             self._offered[(h, v)] -= rate
-            self._offered_h[h] -= rate
+            if old is None:
+                self._offered_h[h] -= rate
             if not self.offers:
                 self._offered.clear()
                 self._offered_h.clear()
@@ -275,8 +279,14 @@ class Sender(Node):
         if msg.accepted > EPS:
             self.out[h][v] = self.out[h].get(v, 0.0) + msg.accepted
             self._worst_cache.clear()
-            if old is not None and self.out[h].get(old, 0.0) > EPS:
-                self.cancel(h, old, min(msg.accepted, self.out[h][old]))
+            if old is None:
+                return
+            moved = min(max(msg.exchanged, 0.0), msg.accepted)
+            if moved > EPS:  # the old hop already let go of this much (an exchange)
+                self.out[h][old] = self.out[h].get(old, 0.0) - moved
+            rest = min(msg.accepted - moved, self.out[h].get(old, 0.0))
+            if rest > EPS:
+                self.cancel(h, old, rest)
 
     def on_return(self, src: str, msg: Return) -> None:
         self.observe(msg.state)

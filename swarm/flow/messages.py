@@ -40,8 +40,9 @@ class State:
 class Offer:
     """Push: "take `rate` of `holder`'s microbatches from me". `label` is the sender's label.
 
-    `swap_from` asks a full receiver to make room by handing one of its in-flows over to the
-    sender's current next hop `swap_from` (GWTF's swap among same-stage peers).
+    `swap_from` asks a full receiver for an exchange (GWTF's swap among same-stage peers): our flow
+    on the edge to `swap_from` moves to the receiver, and the same rate of another sender's in-flow
+    moves from the receiver to `swap_from`, so nobody's throughput changes, only edges (`Exchange`).
     `bid` is the cost of the sender's path from the holder up to the receiver; with `preempt` set, a
     full receiver may make room by returning in-flows whose path so far costs more than `bid`.
     `state` is the sender's own state (its labels, for the receiver to return flow by).
@@ -59,25 +60,26 @@ class Offer:
 
 @dataclass(frozen=True)
 class Reply:
-    """Accept (`accepted` > 0) or reject (`accepted` == 0) an offer, with the receiver's real state."""
+    """Accept (`accepted` > 0) or reject (`accepted` == 0) an offer, with the receiver's real state.
+
+    `exchanged` of the accepted rate is flow that an exchange moved here from the sender's old next
+    hop (`Offer.swap_from`), which already let go of it.
+    """
 
     offer_id: int
     holder: str
     accepted: float
     state: State
+    exchanged: float = 0.0
 
 
 @dataclass(frozen=True)
 class Return:
-    """Return flow upstream: the receiver gives back `rate` it had accepted from the addressee.
-
-    `hint` names a peer of the returner's stage that the addressee may now push to (after a swap).
-    """
+    """Return flow upstream: the receiver gives back `rate` it had accepted from the addressee."""
 
     holder: str
     rate: float
     state: State
-    hint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,42 @@ class CancelDone:
     cancel_id: int
     holder: str
     cancelled: float
+    state: State
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """From a full peer d to a peer b of its stage: move up to `rate` of `sender`'s in-flow at b
+    over to d, and take the same rate of `partner`'s in-flow at d in its place.
+
+    Only the receiving end of an edge ever moves it, one exchange at a time, so two exchanges can
+    never move the same flow twice; b tells `partner` (`Moved`) and d tells `sender` (`Reply`).
+    """
+
+    holder: str
+    rate: float
+    exchange_id: int
+    sender: str
+    partner: str
+
+
+@dataclass(frozen=True)
+class ExchangeDone:
+    """How much of an exchange was applied (less when the sender's flow had shrunk meanwhile)."""
+
+    exchange_id: int
+    holder: str
+    moved: float
+    state: State
+
+
+@dataclass(frozen=True)
+class Moved:
+    """`rate` of the addressee's flow that ran to `old` runs to the message's sender from now on."""
+
+    holder: str
+    rate: float
+    old: str
     state: State
 
 
@@ -128,7 +166,7 @@ class NeighbourJoined:
     stage: int
 
 
-Body = Offer | Reply | Return | Cancel | CancelDone | Announce | Ack
+Body = Offer | Reply | Return | Cancel | CancelDone | Exchange | ExchangeDone | Moved | Announce | Ack
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ class Node:
             if envelope.seq in seen:
                 return  # a retransmission of something already applied
             seen.add(envelope.seq)
-        if envelope.src not in self.prev and envelope.src not in self.next:
+        if envelope.src not in self.prev and envelope.src not in self.next and not self.from_mate(body):
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
         self.handle(envelope.src, body)
@@ -221,8 +221,7 @@ class Node:
             self._cheap_cache.clear()
             self._fwd_cache.clear()
             self._worst_cache.clear()
-            for seq in [s for s, (e, _) in self._unacked.items() if e.dst == event.node]:
-                del self._unacked[seq]
+            self.stop_resending(event.node)
             self._owed.pop(event.node, None)
             self.forget(event.node)
         else:
@@ -381,6 +380,15 @@ class Node:
     # ------------------------------------------------------- for subclasses
     def handle(self, src: str, body: Body) -> None:
         raise NotImplementedError
+
+    def stop_resending(self, node: str) -> None:
+        """Give up on what `node` has not acknowledged (it left, or we stopped waiting for it)."""
+        for seq in [s for s, (e, _) in self._unacked.items() if e.dst == node]:
+            del self._unacked[seq]
+
+    def from_mate(self, body: Body) -> bool:
+        """Messages a peer of our own stage may send (the exchange between stage mates)."""
+        return False
 
     def settle(self) -> None:
         raise NotImplementedError

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from swarm.flow.agent import EPS, Env, Sender
+from swarm.flow.agent import EPS, Env
+from swarm.flow.exchange import Exchanger
 from swarm.flow.messages import (
     INF,
     Announce,
     Body,
     Cancel,
     CancelDone,
+    Exchange,
+    ExchangeDone,
+    Moved,
     Offer,
     Reply,
     Return,
@@ -28,10 +32,9 @@ from swarm.flow.messages import (
 
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
-HOLD_S_FACTOR = 2.0  # after a swap hint, wait this many retry periods before returning flow
 
 
-class PeerAgent(Sender):
+class PeerAgent(Exchanger):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -49,11 +52,11 @@ class PeerAgent(Sender):
         self.capacity = capacity
         self.inflow: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.last = stage == stages - 1
-        self._hold_until = -INF
         self._labels: dict[str, int] = {}
         self.bids: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.preempts = 4
         self._labels_fresh = False  # labels were just recomputed by on_offer
+        self.init_exchanges()
         self._returned = False  # settle() handed flow back upstream
 
     # ---------------------------------------------------------- accounting
@@ -154,18 +157,26 @@ class PeerAgent(Sender):
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
+        if isinstance(body, (Offer, Cancel, Return)) and getattr(body, "swap_from", None) is None:
+            self.disturbed()  # our throughput may change: exchanges wait for calm
         if self.dispatch_sender(src, body):
-            if isinstance(body, Return) and body.hint is not None:
-                self._hold_until = self.now + HOLD_S_FACTOR * self.env.retry_s
-                self.env.set_timer(self.id, HOLD_S_FACTOR * self.env.retry_s, "hold")
             return
         if isinstance(body, Offer):
             self.on_offer(src, body)
         elif isinstance(body, Cancel):
-            got = min(body.rate, self.inflow[body.holder].get(src, 0.0))
+            h = body.holder
+            got = min(body.rate, self.movable(h, src)) if h in self.inflow else 0.0
             if got > 0:
-                self.inflow[body.holder][src] -= got
-            self.send(src, CancelDone(body.cancel_id, body.holder, got, self.state()))
+                self.inflow[h][src] -= got
+            else:
+                got = 0.0
+            self.send(src, CancelDone(body.cancel_id, h, got, self.state()))
+        elif isinstance(body, Exchange):
+            self.on_exchange(src, body)
+        elif isinstance(body, ExchangeDone):
+            self.on_exchange_done(src, body)
+        elif isinstance(body, Moved):
+            self.on_moved(src, body)
 
     def on_offer(self, src: str, msg: Offer) -> None:
         """Accept up to spare capacity if we are below the sender; otherwise reject with our state."""
@@ -173,10 +184,11 @@ class PeerAgent(Sender):
         if msg.state is not None:
             self.observe(msg.state)
         accepted = 0.0
-        if src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
+        if msg.swap_from is not None:  # an exchange only: no new flow, so labels do not matter
+            if src in self.prev and h in self.inflow and self.start_exchange(src, msg):
+                return  # b answers first; the reply goes out with its outcome
+        elif src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
             accepted = min(msg.rate, self.spare())
-            if msg.swap_from is not None and accepted < msg.rate - EPS:
-                accepted += self._swap(src, h, msg.rate - accepted, msg.swap_from)
             if msg.preempt and msg.bid is not None and accepted < msg.rate - EPS:
                 accepted += self._evict(src, h, msg.rate - accepted, msg.bid)
         if accepted > EPS:
@@ -204,13 +216,13 @@ class PeerAgent(Sender):
         bids = self.bids[h]
         worse = [
             (bids.get(u, 0.0), u)
-            for u, r in self.inflow[h].items()
-            if u != sender and r > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S
+            for u in self.inflow[h]
+            if u != sender and self.movable(h, u) > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S
         ]
         for _, u in sorted(worse, reverse=True):
             if got >= rate - EPS:
                 break
-            moved = min(rate - got, self.inflow[h][u])
+            moved = min(rate - got, self.movable(h, u))
             self.inflow[h][u] -= moved
             got += moved
             self.send(u, Return(h, moved, self.state()))
@@ -235,34 +247,12 @@ class PeerAgent(Sender):
         self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1, state=self.state()))
         return True
 
-    def _swap(self, sender: str, h: str, rate: float, other: str) -> float:
-        """Make room for `sender` by handing one in-flow over to `other` (same stage as us).
-
-        Taken when it lowers the cost of the affected edges: sender->us and u->other instead of
-        sender->other and u->us. The displaced upstream u gets its flow back with a hint.
-        """
-        cost = self.env.cost
-        best: tuple[float, str, str] | None = None
-        for hh, flows in self.inflow.items():
-            for u, r in flows.items():
-                if u == sender or r <= EPS:
-                    continue
-                try:
-                    delta = cost(sender, self.id) - cost(sender, other) + cost(u, other) - cost(u, self.id)
-                except Exception:  # noqa: BLE001 - other left the instance: no swap
-                    return 0.0
-                if delta < -1e-6 and (best is None or delta < best[0]):
-                    best = (delta, hh, u)
-        if best is None:
-            return 0.0
-        _, hh, u = best
-        moved = min(rate, self.inflow[hh][u])
-        self.inflow[hh][u] -= moved
-        self.send(u, Return(hh, moved, self.state(), hint=other))
-        return moved
-
     def timer(self, token: str) -> None:
-        """The hold after a swap hint expired: settle() may now return flow upstream."""
+        """The calm wait before exchanges ended (settle() follows and tries them)."""
+        if token == "polish":
+            self._polish_armed = False
+        elif token.startswith("exchange:"):
+            self.expire_exchange(int(token.split(":", 1)[1]))
 
     def forget(self, node: str) -> None:
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves
@@ -276,17 +266,23 @@ class PeerAgent(Sender):
             self.inflow[h].pop(node, None)
             self.bids[h].pop(node, None)
         self.forget_target(node)
+        self.drop_exchanges(node)
         self.budget = self.preempts = REPAIR_MOVES if lost else 0
+        if lost:
+            self.reset_exchanges()
+        self.disturbed()
 
     def on_joined(self) -> None:
         """A newcomer announces itself; peers with excess push to it, nobody re-plans for it."""
         self.budget = self.preempts = 0
+        self.disturbed()
 
     def base_budget(self) -> int:
         return 2 + len(self.next) // 2
 
     def set_capacity(self, capacity: float) -> None:
         self.capacity = capacity
+        self.reset_exchanges()
         self.budget = max(self.budget, self.base_budget())
         self.settle()
 
@@ -310,7 +306,7 @@ class PeerAgent(Sender):
             if ex > EPS:
                 left = self.push(h)
                 if left > EPS:
-                    if self.now < self._hold_until or self._preempt(h, left):
+                    if self._preempt(h, left):
                         busy = True
                     else:
                         left = self._return(h, left)
@@ -318,7 +314,7 @@ class PeerAgent(Sender):
             elif ex < -EPS:
                 self.cancel_deficit(h)
         if not busy and not self.offers and not self.cancels:
-            self.try_improve()
+            self.try_improve() or self.try_polish()
         if self._returned:
             self.relabel()
         self.announce()
@@ -326,12 +322,12 @@ class PeerAgent(Sender):
     def _return(self, h: str, amount: float) -> float:
         """Return flow to upstreams below us (most expensive edge first); returns what is left."""
         mine = self.label(h)
-        ups = [u for u, r in self.inflow[h].items() if r > EPS and self.upstream_label(u, h) < mine]
+        ups = [u for u in self.inflow[h] if self.movable(h, u) > EPS and self.upstream_label(u, h) < mine]
         ups.sort(key=lambda u: (-self.env.cost(u, self.id), u))
         for u in ups:
             if amount <= EPS:
                 break
-            rate = min(amount, self.inflow[h][u])
+            rate = min(amount, self.movable(h, u))
             self.inflow[h][u] -= rate
             amount -= rate
             self._returned = True
@@ -340,12 +336,15 @@ class PeerAgent(Sender):
 
     def _return_most_expensive(self, amount: float) -> None:
         flows = [
-            (self.env.cost(u, self.id), h, u) for h, f in self.inflow.items() for u, r in f.items() if r > EPS
+            (self.env.cost(u, self.id), h, u)
+            for h, f in self.inflow.items()
+            for u in f
+            if self.movable(h, u) > EPS
         ]
         for _, h, u in sorted(flows, reverse=True):
             if amount <= EPS:
                 break
-            rate = min(amount, self.inflow[h][u])
+            rate = min(amount, self.movable(h, u))
             self.inflow[h][u] -= rate
             amount -= rate
             self._returned = True

@@ -1,0 +1,149 @@
+"""Exchanges between stage mates (swarm/flow/exchange.py): two crossed edges are traded for two
+cheaper ones, nobody's throughput changes on the way, a mate that never answers does not wedge
+anyone, and a late answer is still applied on both sides."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.generate import random_instance
+from swarm.flow.instance import Link
+from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Reply, State
+from swarm.flow.peer import PeerAgent
+from swarm.routing.codec import from_wire, to_wire
+from swarm.wire import WireError
+from tests.flow.conftest import explicit
+
+NEAR, FAR = Link(0.001, 1e9), Link(0.2, 1e9)
+
+
+def crossed() -> tuple[MessageBus, dict[str, PeerAgent]]:
+    """Stage 0 = {a, c}, stage 1 = {b, d}, stage 2 = {e}; a-d and c-b are near, a-b and c-d far.
+    The converged routing is rewritten by hand into the crossed one: a->b, c->d."""
+    inst = explicit(
+        3,
+        [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1), ("d", 1, 1.0, 0.1), ("e", 2, 2.0, 0.1)],
+        [("h", 2.0)],
+        overrides={("a", "d"): NEAR, ("c", "b"): NEAR, ("a", "b"): FAR, ("c", "d"): FAR},
+    )
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in "abcde"}
+    assert p["a"].out["h"].get("d") == pytest.approx(1.0)  # cheapest first: not crossed yet
+    p["a"].out["h"] = {"b": 1.0}
+    p["c"].out["h"] = {"d": 1.0}
+    p["b"].inflow["h"] = {"a": 1.0}
+    p["d"].inflow["h"] = {"c": 1.0}
+    for agent in p.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.swap_budget = 4
+        agent.now = bus.now
+    assert violations(bus) == []
+    return bus, p
+
+
+def uncrossed(p: dict[str, PeerAgent]) -> bool:
+    return (
+        p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+        and p["c"].routes()["h"] == {"b": pytest.approx(1.0)}
+        and {u: r for u, r in p["b"].inflow["h"].items() if r > 1e-9} == {"c": pytest.approx(1.0)}
+        and {u: r for u, r in p["d"].inflow["h"].items() if r > 1e-9} == {"a": pytest.approx(1.0)}
+    )
+
+
+def test_crossed_edges_are_traded() -> None:
+    bus, p = crossed()
+    before = bus.routes()
+    assert p["a"].try_swap()  # a's flow would be cheaper at d, which is full: ask d to trade
+    bus.run_until_quiescent()
+    assert uncrossed(p)
+    assert violations(bus) == []
+    assert {n: p[n].carried() for n in "abcde"} == {n: 1.0 if n != "e" else 2.0 for n in "abcde"}
+    assert bus.routes()["h"]["h"] == before["h"]["h"]  # the holder's side did not move
+
+
+def test_a_mate_that_never_answers_does_not_wedge_anyone_and_a_late_answer_counts() -> None:
+    bus, p = crossed()
+    held: list[Envelope] = []
+    transmit = bus.transmit
+
+    def drop_exchanges(env: Envelope) -> None:
+        if isinstance(env.body, Exchange):
+            held.append(env)  # b never hears of it (gone, or partitioned from d)
+        else:
+            transmit(env)
+
+    bus.transmit = drop_exchanges  # type: ignore[method-assign]
+    assert p["a"].try_swap()
+    bus.run_until_quiescent()
+    assert held and not p["d"]._pending and not p["d"]._held  # d gave up and released c's flow
+    assert not p["a"].offers  # a got its answer: no trade
+    assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}
+    assert violations(bus) == []
+    bus.transmit = transmit  # type: ignore[method-assign]
+    transmit(held[0])  # b hears of it after all, and trades: d and a follow (Moved)
+    bus.run_until_quiescent()
+    assert uncrossed(p)
+    assert violations(bus) == []
+
+
+def test_no_trade_when_it_does_not_pay() -> None:
+    bus, p = crossed()
+    p["a"].out["h"], p["c"].out["h"] = {"d": 1.0}, {"b": 1.0}  # already the cheap assignment
+    p["b"].inflow["h"], p["d"].inflow["h"] = {"c": 1.0}, {"a": 1.0}
+    assert not p["a"].try_swap()  # no next hop is closer than the ones they use
+    assert not p["c"].try_swap()
+    bus.run_until_quiescent()
+    assert uncrossed(p)
+    assert violations(bus) == []
+
+
+@pytest.mark.parametrize("seed,loss", [(2, 0.0), (5, 0.0), (7, 0.05)])
+def test_exchanges_keep_every_throughput(seed: int, loss: float) -> None:
+    """On random geo swarms (with message loss), an exchange message never changes the carried
+    rate of the peer that handles it, and the protocol still ends at the exact maximum flow."""
+    from swarm.flow import cost
+    from swarm.flow.reference import max_flow_value
+
+    inst = random_instance(60, 5, 1, seed)
+    bus = MessageBus(inst, seed=seed, loss=loss)
+    seen = {"exchanges": 0}
+    handle = PeerAgent.handle
+
+    def checked(self: PeerAgent, src: str, body) -> None:
+        if not isinstance(body, (Exchange, ExchangeDone, Moved)):
+            return handle(self, src, body)
+        carried = self.carried()
+        sending = {h: sum(out.values()) for h, out in self.out.items()}
+        handle(self, src, body)
+        seen["exchanges"] += isinstance(body, Exchange)
+        assert self.carried() == pytest.approx(carried, abs=1e-9)
+        assert {h: sum(out.values()) for h, out in self.out.items()} == pytest.approx(sending, abs=1e-9)
+
+    PeerAgent.handle = checked  # type: ignore[method-assign]
+    try:
+        assert bus.run_until_quiescent().quiescent
+    finally:
+        PeerAgent.handle = handle  # type: ignore[method-assign]
+    assert seen["exchanges"] > 0
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
+def test_exchange_messages_cross_the_codec_and_bad_ones_are_refused() -> None:
+    state = State("d", 3, 0.0, {"h": 2}, {"h": 1.0}, {})
+    for body in (
+        Exchange("h", 0.5, 7, "a", "c"),
+        ExchangeDone(7, "h", 0.25, state),
+        Moved("h", 0.25, "d", state),
+        Reply(3, "h", 0.25, state, exchanged=0.25),
+    ):
+        env = Envelope("d", "b", 4, 1, body)
+        assert from_wire(to_wire(env)) == env
+    raw = to_wire(Envelope("d", "b", 4, 1, Exchange("h", 0.5, 7, "a", "c")))
+    for field, bad in (("rate", "lots"), ("sender", 5), ("partner", "x" * 300), ("exchange_id", 1.5)):
+        with pytest.raises(WireError):
+            from_wire({**raw, "body": {**raw["body"], field: bad}})
