@@ -13,7 +13,8 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.churn import churn as apply_churn
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import InstanceError, load_instance
-from swarm.flow.report import figures
+from swarm.flow.reference import max_flow_value
+from swarm.flow.report import MaxFlowWatch, figures
 
 bench_app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True)
 
@@ -55,10 +56,12 @@ def flow(
     if churn > 0:
         removed, added = apply_churn(bus, churn, seed)
         start = time.perf_counter()
-        after = bus.run_until_quiescent()
+        restored = MaxFlowWatch(bus, max_flow_value(bus.instance))
+        after = bus.run_until_quiescent(watch=restored, every=bus.retry_s)
         again = figures(bus, after)
         again["seconds"] = round(time.perf_counter() - start, 3)
         out["reconverge_rounds"] = after.rounds
+        out["flow_restored_rounds"] = restored.rounds
         out["churn"] = {
             "removed": len(removed),
             "added": len(added),

@@ -125,14 +125,30 @@ class MessageBus:
         self.now = max(self.now, t)
         self.stats.rounds = self._max_depth
 
-    def run_until_quiescent(self, max_time: float = 1e4) -> ProtocolStats:
-        """Run until no message is in flight and no timer is due; returns this run's counters."""
+    @property
+    def depth(self) -> int:
+        """The causal depth reached so far (asynchronous rounds since the start)."""
+        return self._max_depth
+
+    def run_until_quiescent(
+        self, max_time: float = 1e4, watch: Callable[[], None] | None = None, every: float = 0.0
+    ) -> ProtocolStats:
+        """Run until no message is in flight and no timer is due; returns this run's counters.
+
+        `watch` is called every `every` virtual seconds and at the end (benchmarks that track when
+        a property first holds for good)."""
         start_msgs, start_depth, start_time = self.stats.messages, self._max_depth, self.now
         start_drop = self.stats.dropped
         start_sent = dict(self.stats.sent_by)
         deadline = self.now + max_time
+        check = self.now + every
         while self._heap and self._heap[0][0] <= deadline:
+            if watch is not None and self._heap[0][0] > check:
+                watch()
+                check = self._heap[0][0] + every
             self._step()
+        if watch is not None:
+            watch()
         self.stats.rounds = self._max_depth
         self.stats.quiescent = not self._heap
         self.stats.virtual_time = self.now

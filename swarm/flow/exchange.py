@@ -22,6 +22,7 @@ from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Off
 from swarm.flow.node import EPS
 
 SWAP_TRIES = 2  # exchange attempts per next hop (an initiator's budget: len(next) x this)
+SWAP_BATCH = 4  # exchanges asked for at once
 CALM_WAIT = 20.0  # retry periods a peer must go undisturbed before it starts exchanges
 GAIN_S = 1e-6  # an exchange must save more than this (seconds of path cost) to be made
 ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
@@ -62,10 +63,8 @@ class Exchanger(Sender):
         return self.inflow[h].get(u, 0.0) - self._held.get((h, u), 0.0)
 
     def disturbed(self) -> None:
-        """Someone changed our flows (offer, return, cancel, churn): exchanges wait for calm again,
-        and every one of them is worth a new try then."""
+        """Someone changed our flows (offer, return, cancel, churn): exchanges wait for calm again."""
         self._calm_since = self.now
-        self.reset_exchanges()
 
     def reset_exchanges(self) -> None:
         """Churn or a capacity change: the flows around us moved, every exchange may be worth a try."""
@@ -92,14 +91,15 @@ class Exchanger(Sender):
         return self.try_swap()
 
     def try_swap(self) -> bool:
-        """Ask a full next hop d, closer than a current next hop b, to trade an in-flow for ours.
+        """Ask full next hops d, closer than a current next hop b, to trade an in-flow for ours.
 
         Every improving trade makes one of its two sides cheaper, so trying only next hops closer
-        than the current one finds them all; each (holder, b, d) is tried once.
+        than the current one finds them all; each (holder, b, d) is tried once, up to SWAP_BATCH
+        at a time (b never gives more than it has, so parallel asks cannot over-move).
         """
         if self.offers or self.cancels:
             return False
-        best: tuple[float, str, str, str] | None = None
+        options: list[tuple[float, str, str, str]] = []
         tried, link = self._swap_tried, self.link
         for h in self.holders:
             used = [(v, link(v)) for v, r in self.out[h].items() if r > EPS]
@@ -110,26 +110,30 @@ class Exchanger(Sender):
                     continue
                 here = link(d)
                 for b, there in used:
-                    gain = here - there
-                    if gain < -EPS and (best is None or gain < best[0]) and (h, b, d) not in tried:
-                        best = (gain, h, b, d)
-        if best is None:
-            return False
-        _, h, b, d = best
-        tried.add((h, b, d))
-        self.swap_budget -= 1
-        rate = self.out[h][b]
-        oid = self.add_offer(h, d, rate, b)
-        bid = self.arrival(h) + self.link(d)
-        self.send(d, Offer(h, rate, oid, self.label(h), b, bid=bid, state=self.state()))
-        return True
+                    if here - there < -EPS and (h, b, d) not in tried:
+                        options.append((here - there, h, b, d))
+        options.sort()
+        asked: set[str] = set()
+        for _, h, b, d in options:
+            if len(asked) >= min(SWAP_BATCH, self.swap_budget):
+                break
+            if d in asked:
+                continue
+            asked.add(d)
+            tried.add((h, b, d))
+            rate = self.out[h][b]
+            oid = self.add_offer(h, d, rate, b)
+            bid = self.arrival(h) + self.link(d)
+            self.send(d, Offer(h, rate, oid, self.label(h), b, bid=bid, state=self.state()))
+        self.swap_budget -= len(asked)
+        return bool(asked)
 
     # ------------------------------------------------------------------ d
     def start_exchange(self, a: str, msg: Offer) -> bool:
         """We are full and a asks to trade its flow on a->b (b = `msg.swap_from`): pick the upstream
         partner c that gains most, hold its flow aside and ask b. False: nothing to trade (reject)."""
         b, h = msg.swap_from, msg.holder
-        if b is None or b == self.id or self._pending:
+        if b is None or b == self.id:
             return False
         cost = self.env.cost
         best: tuple[float, str] | None = None

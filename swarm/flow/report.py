@@ -6,7 +6,7 @@ from typing import Any
 
 from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
-from swarm.flow.bus import MessageBus, ProtocolStats
+from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 
@@ -40,3 +40,28 @@ def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
         "bottleneck_stage": bottleneck_stage(inst, routes),
         "routes": cost.aggregate(routes),
     }
+
+
+class MaxFlowWatch:
+    """Rounds after which the flow is maximal and consistent for good (`MessageBus` watch).
+
+    After churn the maximum flow is usually back well before the protocol is quiet: exchanges and
+    improvement moves go on polishing routes without changing any throughput.
+    """
+
+    def __init__(self, bus: MessageBus, value: float, tol: float = 1e-6) -> None:
+        self.bus, self.value, self.tol = bus, value, tol
+        self.start = bus.depth
+        self.rounds: int | None = None
+
+    def __call__(self) -> None:
+        bus = self.bus
+        ok = (
+            abs(cost.flow_value(bus.routes()) - self.value) <= self.tol
+            and total_excess(bus) <= self.tol
+            and not violations(bus)
+        )
+        if not ok:
+            self.rounds = None
+        elif self.rounds is None:
+            self.rounds = bus.depth - self.start

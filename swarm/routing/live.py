@@ -16,7 +16,7 @@ from collections.abc import Callable
 import msgpack
 
 from swarm.flow.holder_agent import HolderAgent
-from swarm.flow.messages import Envelope, NeighbourGone, NeighbourJoined
+from swarm.flow.messages import Envelope, Exchange, ExchangeDone, NeighbourGone, NeighbourJoined
 from swarm.flow.node import Node as Agent
 from swarm.flow.peer import PeerAgent
 from swarm.node import SwarmNode
@@ -44,6 +44,7 @@ class LiveFlow:
         self.compute: dict[str, float] = {node.peer_id: compute_s}
         self.holders: tuple[str, ...] = ()
         self.neighbours: dict[str, int] = {}  # peer -> stage (-1 for holders)
+        self.mates: set[str] = set()  # peers of our own stage (exchanges: swarm/flow/exchange.py)
         self.agent: Agent | None = None
         self.closed = False
         self.loop = asyncio.get_running_loop()
@@ -107,7 +108,8 @@ class LiveFlow:
             raise WireError("flow message must be an envelope")
         if envelope.src != sender.to_base58() or envelope.dst != self.node.peer_id:
             raise WireError("flow envelope names another sender or addressee")
-        if self.agent is None or envelope.src not in self.neighbours:
+        mate = envelope.src in self.mates and isinstance(envelope.body, (Exchange, ExchangeDone))
+        if self.agent is None or (envelope.src not in self.neighbours and not mate):
             # Not (yet) a neighbour in our DHT view: refuse without acknowledging, so the sender
             # retransmits once we have seen its record, instead of it being dropped for good.
             self.on_unknown()
@@ -117,11 +119,13 @@ class LiveFlow:
         self.on_change()
         return {"ok": True}, b""
 
-    def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float]) -> None:
+    def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float],
+               mates: set[str] | None = None) -> None:  # fmt: skip
         """The DHT's view changed: new holder set (restart), or neighbours joined or left."""
         if self.closed:
             return
         self.compute.update(compute)
+        self.mates = set(mates or ())
         holders_t = tuple(sorted(holders))
         if holders_t != self.holders or self.agent is None:
             self.holders = holders_t
