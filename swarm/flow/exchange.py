@@ -24,7 +24,7 @@ from swarm.flow.node import EPS
 SWAP_TRIES = 2  # exchange attempts per next hop (an initiator's budget: len(next) x this)
 SWAP_BATCH = 4  # exchanges asked for at once
 CALM_WAIT = 20.0  # retry periods a peer must go undisturbed before it starts exchanges
-GAIN_S = 1e-6  # an exchange must save more than this (seconds of path cost) to be made
+GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to be made
 ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
 EXPIRED_KEPT = 64  # expired exchanges remembered, so that b's late answer is still applied
 
@@ -133,13 +133,14 @@ class Exchanger(Sender):
         """We are full and a asks to trade its flow on a->b (b = `msg.swap_from`): pick the upstream
         partner c that gains most, hold its flow aside and ask b. False: nothing to trade (reject)."""
         b, h = msg.swap_from, msg.holder
-        if b is None or b == self.id:
-            return False
+        if b is None or b == self.id or msg.label + 1 < self.label(h):
+            return False  # (a replaces c as our sender: our label must not drop, see on_exchange)
         cost = self.env.cost
         best: tuple[float, str] | None = None
         for c in self.inflow[h]:
             if c == a or c in self.holders or self.movable(h, c) <= EPS:
                 continue
+
             try:
                 delta = cost(a, self.id) - cost(a, b) + cost(c, b) - cost(c, self.id)
             except Exception:  # noqa: BLE001 - b or c left the instance: nothing to trade
@@ -216,7 +217,9 @@ class Exchanger(Sender):
         """d asks us to move a's flow to d and take c's instead: apply what we still have of a's."""
         h, a, c = msg.holder, msg.sender, msg.partner
         moved = 0.0
-        if h in self.inflow and a in self.prev and c in self.prev and a != c:
+        # c replaces a as a sender: our label must not drop (news that would ripple through the swarm)
+        keeps = self.view_label(c, h) + 1 >= self.label(h)
+        if h in self.inflow and a in self.prev and c in self.prev and a != c and keeps:
             moved = min(msg.rate, self.movable(h, a))
         if moved > EPS:
             self.inflow[h][a] -= moved

@@ -185,8 +185,9 @@ class PeerAgent(Exchanger):
             self.observe(msg.state)
         accepted = 0.0
         if msg.swap_from is not None:  # an exchange only: no new flow, so labels do not matter
-            if src in self.prev and h in self.inflow and self.start_exchange(src, msg):
-                return  # b answers first; the reply goes out with its outcome
+            if not (src in self.prev and h in self.inflow and self.start_exchange(src, msg)):
+                self.send(src, Reply(msg.offer_id, h, 0.0, self.state()))
+            return  # on a trade b answers first, and the reply goes out with its outcome
         elif src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
             accepted = min(msg.rate, self.spare())
             if msg.preempt and msg.bid is not None and accepted < msg.rate - EPS:

@@ -48,6 +48,8 @@ def test_instance_file_with_churn(tmp_path) -> None:
     out = json.loads(res.output)
     assert out["flow"] == pytest.approx(2.0)
     assert "reconverge_rounds" in out
+    # the maximum flow is back (for good) no later than the protocol goes quiet
+    assert 0 <= out["flow_restored_rounds"] <= out["reconverge_rounds"]
     assert out["churn"]["flow"] == pytest.approx(out["churn"]["optimal_flow"], abs=1e-5)
 
 
