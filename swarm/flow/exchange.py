@@ -8,9 +8,8 @@ cost, where push-relabel's own flow is 3-12% above it).
 
 Roles: the initiator a (its flow on a->b would be cheaper on a->d), the full peer d it asks, d's
 stage mate b, and c, one of d's upstream senders. Only the receiving end of an edge ever moves it,
-a peer runs one exchange as d at a time and holds the partner's flow aside until b answers, so two
-exchanges never move the same flow twice, and no peer's throughput changes at any moment: nothing
-ripples beyond the four peers.
+and d holds the partner's flow aside until b answers, so two exchanges never move the same flow
+twice, and no peer's throughput changes at any moment: nothing ripples beyond the four peers.
 """
 
 from __future__ import annotations

@@ -106,8 +106,9 @@ class Exchange:
     """From a full peer d to a peer b of its stage: move up to `rate` of `sender`'s in-flow at b
     over to d, and take the same rate of `partner`'s in-flow at d in its place.
 
-    Only the receiving end of an edge ever moves it, one exchange at a time, so two exchanges can
-    never move the same flow twice; b tells `partner` (`Moved`) and d tells `sender` (`Reply`).
+    Only the receiving end of an edge ever moves it and d holds the partner's flow aside meanwhile,
+    so two exchanges never move the same flow twice; b tells `partner` (`Moved`), d tells `sender`
+    (`Reply`).
     """
 
     holder: str
