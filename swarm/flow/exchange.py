@@ -90,7 +90,7 @@ class Exchanger(Sender):
         return self.try_swap()
 
     def try_swap(self) -> bool:
-        """Ask full next hops d, closer than a current next hop b, to trade an in-flow for ours.
+        """Ask next hops d, closer than a current next hop b, to trade an in-flow for ours.
 
         Every improving trade makes one of its two sides cheaper, so trying only next hops closer
         than the current one finds them all; each (holder, b, d) is tried once, up to SWAP_BATCH
@@ -129,8 +129,8 @@ class Exchanger(Sender):
 
     # ------------------------------------------------------------------ d
     def start_exchange(self, a: str, msg: Offer) -> bool:
-        """We are full and a asks to trade its flow on a->b (b = `msg.swap_from`): pick the upstream
-        partner c that gains most, hold its flow aside and ask b. False: nothing to trade (reject)."""
+        """a asks to trade its flow on a->b (b = `msg.swap_from`): pick the upstream partner c that
+        gains most, hold its flow aside and ask b. False: nothing to trade (reject)."""
         b, h = msg.swap_from, msg.holder
         if b is None or b == self.id or msg.label + 1 < self.label(h):
             return False  # (a replaces c as our sender: our label must not drop, see on_exchange)

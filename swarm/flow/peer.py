@@ -56,8 +56,8 @@ class PeerAgent(Exchanger):
         self.bids: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.preempts = 4
         self._labels_fresh = False  # labels were just recomputed by on_offer
-        self.init_exchanges()
         self._returned = False  # settle() handed flow back upstream
+        self.init_exchanges()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
@@ -249,7 +249,8 @@ class PeerAgent(Exchanger):
         return True
 
     def timer(self, token: str) -> None:
-        """The calm wait before exchanges ended (settle() follows and tries them)."""
+        """The calm wait before exchanges ended (settle() follows and tries them), or a stage mate
+        did not answer an exchange in time."""
         if token == "polish":
             self._polish_armed = False
         elif token.startswith("exchange:"):
