@@ -113,15 +113,23 @@ def test_activations_go_peer_to_peer(live) -> None:
     by_stage, stats = with_client(live, probe)
     stage_of = {p: s for s, peers in by_stage.items() for p in peers}
     holder = by_stage[-1][0]
+    carried = set()
     for stage, reply in stats.values():
         forward_from = {stage_of.get(s) for s in reply["bytes_in"].get("forward", {})}
         backward_from = {stage_of.get(s) for s in reply["bytes_in"].get("backward", {})}
+        if not forward_from and stage != -1:
+            # a spare replica: the maximum flow may not need it (4 volunteers over 3 stages leave one
+            # stage with two, and that stage is not the bottleneck), so the protocol gives it no share
+            assert not backward_from, (stage, backward_from)
+            continue
+        carried.add(stage)
         if stage == -1:
             assert forward_from == {STAGES - 1} and backward_from == {0}
         else:
             assert forward_from == {stage - 1}, (stage, forward_from)
             assert backward_from == {stage + 1 if stage + 1 < STAGES else -1}
         assert sum(reply["bytes_in"].get("forward", {}).values()) > 0
+    assert carried == {-1, *range(STAGES)}, carried  # every stage carried traffic
     # the routing tables come from the push-relabel protocol and cover the next stage
     holder_routes = stats[holder][1]["flow"]["routes"][holder]
     assert set(holder_routes) <= set(by_stage[0]) and sum(holder_routes.values()) > 0
