@@ -17,14 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.agent import Sender
-from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Offer, Reply
-from swarm.flow.node import EPS
+from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Offer, Paths, Reply
+from swarm.flow.node import EPS, costs_moved
 
 SWAP_TRIES = 2  # exchange attempts per next hop (an initiator's budget: len(next) x this)
 SWAP_BATCH = 4  # exchanges asked for at once
+SWAP_MAX = 40  # at most this many exchange asks per peer (a swarm of 60 peers per stage needs no more)
 CALM_WAIT = 20.0  # retry periods a peer must go undisturbed before it starts exchanges
 GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to be made
 ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
+PATHS_HOLD = 0.0  # announcement periods between two rounds of path news from one peer
 EXPIRED_KEPT = 64  # expired exchanges remembered, so that b's late answer is still applied
 
 
@@ -44,6 +46,7 @@ class Exchanger(Sender):
 
     inflow: dict[str, dict[str, float]]
     bids: dict[str, dict[str, float]]
+    last: bool
 
     def init_exchanges(self) -> None:
         self.swap_budget = -1  # set from the number of next hops at the first try
@@ -53,9 +56,12 @@ class Exchanger(Sender):
         self._held: dict[tuple[str, str], float] = {}  # (holder, partner) -> flow held aside
         self._pending: dict[int, _Pending] = {}
         self._expired: dict[int, _Pending] = {}
+        self._told_paths: dict[str, Paths] = {}
+        self._paths_at = -1e18
 
     def from_mate(self, body: Body) -> bool:
-        return isinstance(body, (Exchange, ExchangeDone))
+        # `Moved` too: a next hop we wrote off may have taken our flow over in an exchange meanwhile
+        return isinstance(body, (Exchange, ExchangeDone, Moved))
 
     def movable(self, h: str, u: str) -> float:
         """In-flow from u that may be returned, cancelled or moved (not held for an exchange)."""
@@ -70,6 +76,72 @@ class Exchanger(Sender):
         self._swap_tried.clear()
         self.swap_budget = -1
 
+    # -------------------------------------------------------- path costs
+    def worst_of(self, h: str, v: str) -> float:
+        """Next hop v's most expensive used route on to h's sink: its path news, else its state."""
+        p = self.paths.get(v)
+        if p is not None and h in p.worst:
+            return p.worst[h]
+        st = self.views.get(v)
+        return st.worst.get(h, 0.0) if st else 0.0
+
+    def fresh_worst(self, h: str) -> float | None:
+        """Our most expensive used route on to h's sink, from our next hops' path news."""
+        if self.last:
+            return self.link(h) if self.out[h].get(h, 0.0) > EPS else None
+        used = [self.link(v) + self.worst_of(h, v) for v, r in self.out[h].items() if r > EPS]
+        return max(used) if used else None
+
+    def arrival_via(self, h: str, u: str) -> float:
+        """Most expensive used route from holder h to us through sender u: u's path news, else
+        the path cost u bid with its last offer."""
+        if u in self.holders:
+            return self.link(u)
+        p = self.paths.get(u)
+        if p is not None and h in p.arrival:
+            return p.arrival[h] + self.link(u)
+        return self.bids[h].get(u, 0.0)
+
+    def fresh_arrival(self, h: str) -> float:
+        return max((self.arrival_via(h, u) for u, r in self.inflow[h].items() if r > EPS), default=0.0)
+
+    def publish_paths(self) -> None:
+        """Send our path costs to senders (when our worst route onwards moved) and to next hops we
+        send to (when our worst route so far moved); best effort, like cost-only announcements."""
+        if not self.improve:
+            return
+        wait = self._paths_at + PATHS_HOLD * self.announce_s - self.now
+        if wait > EPS:  # path news cascades through every stage: at most one per PATHS_HOLD periods
+            self._announce_armed = True
+            self.env.set_timer(self.id, wait, "announce")
+            return
+        arrival = {h: a for h in self.holders if (a := self.fresh_arrival(h)) > 0.0}
+        worst = {h: w for h in self.holders if (w := self.fresh_worst(h)) is not None}
+        body = Paths(arrival, worst)
+        senders = {u for u in self.senders() if u not in self.holders}
+        downstream = {v for v in self.downstream() if v not in self.holders}
+        for node in sorted(senders | downstream):
+            told = self._told_paths.get(node)
+            news = told is None or (
+                (node in senders and costs_moved(dict(told.worst), worst))
+                or (node in downstream and costs_moved(dict(told.arrival), arrival))
+            )
+            if news:
+                self._told_paths[node] = body
+                self.send(node, body, reliable=False)
+                self._paths_at = self.now
+
+    def on_paths(self) -> None:
+        """New path costs: trades tried before may pay now (the budget still bounds them)."""
+        self._swap_tried.clear()
+        self.announce()  # our own path costs may have moved
+        if not self.offers and not self.cancels:
+            self.try_polish()
+
+    def forget_paths(self, node: str) -> None:
+        self.paths.pop(node, None)
+        self._told_paths.pop(node, None)
+
     # ---------------------------------------------------------- initiator
     def try_polish(self) -> bool:
         """Start an exchange once this peer has been left alone for CALM_WAIT retry periods.
@@ -78,7 +150,7 @@ class Exchanger(Sender):
         still being found, it trades edges that pushes and returns trade again.
         """
         if self.swap_budget < 0:
-            self.swap_budget = SWAP_TRIES * len(self.next)
+            self.swap_budget = min(SWAP_TRIES * len(self.next), SWAP_MAX)
         if not self.improve or self.swap_budget <= 0:
             return False
         wait = self._calm_since + CALM_WAIT * self.env.retry_s - self.now
@@ -99,18 +171,21 @@ class Exchanger(Sender):
         if self.offers or self.cancels:
             return False
         options: list[tuple[float, str, str, str]] = []
-        tried, link = self._swap_tried, self.link
+        tried, link, onwards = self._swap_tried, self.link, self.worst_of
         for h in self.holders:
-            used = [(v, link(v)) for v, r in self.out[h].items() if r > EPS]
+            used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
             if not used:
                 continue
             for d in self.targets(h):
                 if d in self.holders:
                     continue
-                here = link(d)
-                for b, there in used:
-                    if here - there < -EPS and (h, b, d) not in tried:
-                        options.append((here - there, h, b, d))
+                here, here_worst = link(d), link(d) + onwards(h, d)
+                for b, there, there_worst in used:
+                    # closer (the four edges may cost less), or a cheaper worst route onwards (the
+                    # most expensive path through them may get cheaper)
+                    gain = min(here - there, here_worst - there_worst + GAIN_S)
+                    if gain < -EPS and b != d and (h, b, d) not in tried:
+                        options.append((gain, h, b, d))
         options.sort()
         asked: set[str] = set()
         for _, h, b, d in options:
@@ -122,8 +197,9 @@ class Exchanger(Sender):
             tried.add((h, b, d))
             rate = self.out[h][b]
             oid = self.add_offer(h, d, rate, b)
-            bid = self.arrival(h) + self.link(d)
-            self.send(d, Offer(h, rate, oid, self.label(h), b, bid=bid, state=self.state()))
+            bid = self.fresh_arrival(h) + self.link(d)
+            state, b_worst = self.state(), onwards(h, b)
+            self.send(d, Offer(h, rate, oid, self.label(h), b, bid=bid, state=state, swap_worst=b_worst))
         self.swap_budget -= len(asked)
         return bool(asked)
 
@@ -134,18 +210,21 @@ class Exchanger(Sender):
         b, h = msg.swap_from, msg.holder
         if b is None or b == self.id or msg.label + 1 < self.label(h):
             return False  # (a replaces c as our sender: our label must not drop, see on_exchange)
-        cost = self.env.cost
+        cost, me = self.env.cost, self.id
         best: tuple[float, str] | None = None
         for c in self.inflow[h]:
             if c == a or c in self.holders or self.movable(h, c) <= EPS:
                 continue
-
             try:
-                delta = cost(a, self.id) - cost(a, b) + cost(c, b) - cost(c, self.id)
+                delta = cost(a, me) - cost(a, b) + cost(c, b) - cost(c, me)
+                rise = self._max_rise(h, a, msg, c)
             except Exception:  # noqa: BLE001 - b or c left the instance: nothing to trade
                 return False
-            if delta < -GAIN_S and (best is None or delta < best[0]):
-                best = (delta, c)
+            # a trade pays when the four edges cost less and the most expensive path through them
+            # gets no dearer, or when that path gets cheaper and the four edges cost no more
+            pays = (delta < -GAIN_S and rise <= EPS) or (rise < -GAIN_S and delta <= EPS)
+            if pays and (best is None or delta + rise < best[0]):
+                best = (delta + rise, c)
         if best is None:
             return False
         c = best[1]
@@ -156,6 +235,21 @@ class Exchanger(Sender):
         self.send(b, Exchange(h, rate, eid, a, c))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
+
+    def _max_rise(self, h: str, a: str, msg: Offer, c: str) -> float:
+        """How much dearer the most expensive path through a->b, c->d gets as a->d, c->b (d = us).
+
+        Routes so far: a's from its bid, c's from its path news; routes onwards: b's as a heard it,
+        ours from our next hops' path news. Unknown parts count as zero.
+        """
+        b, me, cost = msg.swap_from, self.id, self.env.cost
+        up_a = (msg.bid - cost(a, me)) if msg.bid is not None else 0.0
+        up_c = self.arrival_via(h, c) - cost(c, me)
+        worst_b = msg.swap_worst if msg.swap_worst is not None else 0.0
+        worst_d = self.fresh_worst(h) or 0.0
+        before = max(up_a + cost(a, b) + worst_b, up_c + cost(c, me) + worst_d)
+        after = max(up_a + cost(a, me) + worst_d, up_c + cost(c, b) + worst_b)
+        return after - before
 
     def expire_exchange(self, eid: int) -> None:
         """b did not answer in time (gone, or slow): a gets a rejection and c's flow is released.
@@ -235,6 +329,9 @@ class Exchanger(Sender):
         self.observe(msg.state)
         h = msg.holder
         if src not in self.next or h not in self.out:  # not ours to send to: withdraw it
+            if h in self.out and msg.old in self.next:  # it left `old` all the same
+                self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
+                self._worst_cache.clear()
             self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
             return
         self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate

@@ -46,6 +46,9 @@ class Offer:
     `bid` is the cost of the sender's path from the holder up to the receiver; with `preempt` set, a
     full receiver may make room by returning in-flows whose path so far costs more than `bid`.
     `state` is the sender's own state (its labels, for the receiver to return flow by).
+    `swap_worst` goes with `swap_from`: the cost of `swap_from`'s most expensive used route on to the
+    holder's sink as the sender last heard it, so that the receiver can tell whether the trade makes
+    the most expensive path through the four edges cheaper (GWTF's min-max objective).
     """
 
     holder: str
@@ -56,6 +59,7 @@ class Offer:
     bid: float | None = None
     preempt: int = 0
     state: State | None = None
+    swap_worst: float | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,17 @@ class Announce:
 
 
 @dataclass(frozen=True)
+class Paths:
+    """Path-cost news for exchanges, per holder: the most expensive used route from the holder to
+    the sender (`arrival`, news for its next hops) and from the sender on to the holder's sink
+    (`worst`, news for its senders). Best effort; it moves no flow, so it wakes no push or relabel.
+    """
+
+    arrival: Mapping[str, float]
+    worst: Mapping[str, float]
+
+
+@dataclass(frozen=True)
 class Ack:
     """Acknowledges envelope `seq` (and the envelope's `acks`); never acknowledged itself."""
 
@@ -167,7 +182,7 @@ class NeighbourJoined:
     stage: int
 
 
-Body = Offer | Reply | Return | Cancel | CancelDone | Exchange | ExchangeDone | Moved | Announce | Ack
+Body = Offer | Reply | Return | Cancel | CancelDone | Exchange | ExchangeDone | Moved | Announce | Paths | Ack
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from swarm.flow.messages import (
     Envelope,
     NeighbourGone,
     NeighbourJoined,
+    Paths,
     State,
 )
 
@@ -68,7 +69,7 @@ def _news(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -
             return GOOD if set(new_reach) - set(old_reach) else BAD
         if told[0] != now[0]:
             return BAD
-        if _moved(told[2], now[2]):
+        if costs_moved(told[2], now[2]):
             return COSTS if sender or _cheaper(told[2], now[2]) else NONE
     return NONE
 
@@ -78,7 +79,7 @@ def _cheaper(old: dict[str, float], new: dict[str, float]) -> bool:
     return any(c < old.get(h, INF) for h, c in new.items())
 
 
-def _moved(old: dict[str, float], new: dict[str, float]) -> bool:
+def costs_moved(old: dict[str, float], new: dict[str, float]) -> bool:
     """Did a published route cost move enough to tell upstream (COST_REL or COST_GRAIN_S)?"""
     if old.keys() != new.keys():
         return True
@@ -105,6 +106,7 @@ class Node:
         self.prev: set[str] = set()
         self.next: set[str] = set()
         self.views: dict[str, State] = {}
+        self.paths: dict[str, Paths] = {}  # neighbour -> its last path-cost news (exchanges)
         self.depth = 0
         self.now = 0.0
         self.version = 0
@@ -193,6 +195,10 @@ class Node:
         if envelope.src not in self.prev and envelope.src not in self.next and not self.from_mate(body):
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
+        if isinstance(body, Paths):  # moves no flow: nothing for push-relabel to do
+            self.paths[envelope.src] = body
+            self.on_paths()
+            return
         self.handle(envelope.src, body)
         self.settle()
 
@@ -260,6 +266,7 @@ class Node:
         elif token == "announce":
             self._announce_armed = False
             self._publish()
+            self.publish_paths()
         else:
             self.timer(token)
             self.settle()
@@ -387,7 +394,8 @@ class Node:
             del self._unacked[seq]
 
     def from_mate(self, body: Body) -> bool:
-        """Messages a peer of our own stage may send (the exchange between stage mates)."""
+        """Messages taken from nodes that are not (or no longer) our neighbours: a stage mate's
+        exchange, and its outcome for our flow."""
         return False
 
     def settle(self) -> None:
@@ -401,6 +409,12 @@ class Node:
 
     def on_joined(self) -> None:
         """A neighbour joined: a new chance to push and improve."""
+
+    def on_paths(self) -> None:
+        """A neighbour's path costs arrived (`self.paths`)."""
+
+    def publish_paths(self) -> None:
+        """Tell neighbours whose path costs moved (exchanging peers do)."""
 
     def timer(self, token: str) -> None:
         """Protocol timers other than retransmission."""

@@ -269,6 +269,7 @@ class PeerAgent(Exchanger):
             self.bids[h].pop(node, None)
         self.forget_target(node)
         self.drop_exchanges(node)
+        self.forget_paths(node)
         self.budget = self.preempts = REPAIR_MOVES if lost else 0
         if lost:
             self.reset_exchanges()

@@ -1,16 +1,18 @@
 """Exchanges between stage mates (swarm/flow/exchange.py): two crossed edges are traded for two
-cheaper ones, nobody's throughput changes on the way, a mate that never answers does not wedge
-anyone, and a late answer is still applied on both sides."""
+cheaper ones, or for two that make the most expensive path cheaper (GWTF's min-max objective),
+nobody's throughput changes on the way, a mate that never answers does not wedge anyone, and a late
+answer is still applied on both sides."""
 
 from __future__ import annotations
 
 import pytest
 
+from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
-from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Reply, State
+from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, State
 from swarm.flow.peer import PeerAgent
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
@@ -90,6 +92,45 @@ def test_a_mate_that_never_answers_does_not_wedge_anyone_and_a_late_answer_count
     assert violations(bus) == []
 
 
+def test_a_trade_that_only_makes_the_worst_path_cheaper_is_made() -> None:
+    """All four edges between stages 0 and 1 cost the same, so the trade saves nothing in total;
+    but a is reached and b drains over far links, so a->b carries the worst path. Path news tells
+    a and d so, and the trade a->d, c->b lowers the most expensive path."""
+    inst = explicit(
+        4,
+        [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1), ("d", 1, 1.0, 0.1),
+         ("e", 2, 1.0, 0.1), ("f", 2, 1.0, 0.1), ("g", 3, 2.0, 0.1)],
+        [("h", 2.0)],
+        overrides={("h", "a"): FAR, ("b", "e"): NEAR, ("d", "f"): NEAR, ("b", "f"): FAR, ("d", "e"): FAR,
+                   ("e", "g"): FAR},
+    )  # fmt: skip
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in "abcdefg"}
+    flows = {"a": {"b": 1.0}, "c": {"d": 1.0}, "b": {"e": 1.0}, "d": {"f": 1.0}}
+    for n, out in flows.items():  # the crossed routing, by hand
+        p[n].out["h"] = dict(out)
+    p["b"].inflow["h"], p["d"].inflow["h"] = {"a": 1.0}, {"c": 1.0}
+    p["e"].inflow["h"], p["f"].inflow["h"] = {"b": 1.0}, {"d": 1.0}
+    for agent in p.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.swap_budget = 4
+        agent.now = bus.now
+        agent.disturbed()
+        agent.announce()
+    assert violations(bus) == []
+    worst_before = cost.max_path_cost(inst, bus.routes())
+    total_before = cost.total_cost(inst, bus.routes())
+    bus.run_until_quiescent()
+    assert violations(bus) == []
+    assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+    assert p["c"].routes()["h"] == {"b": pytest.approx(1.0)}
+    assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.1
+    assert cost.total_cost(inst, bus.routes()) == pytest.approx(total_before)
+    assert {n: p[n].carried() for n in "abcdef"} == {n: pytest.approx(1.0) for n in "abcdef"}
+
+
 def test_no_trade_when_it_does_not_pay() -> None:
     bus, p = crossed()
     p["a"].out["h"], p["c"].out["h"] = {"d": 1.0}, {"b": 1.0}  # already the cheap assignment
@@ -143,6 +184,14 @@ def test_exchange_messages_cross_the_codec_and_bad_ones_are_refused() -> None:
     ):
         env = Envelope("d", "b", 4, 1, body)
         assert from_wire(to_wire(env)) == env
+    paths = Envelope("b", "a", -1, 2, Paths({"h": 0.4}, {"h": 1.25}))
+    assert from_wire(to_wire(paths)) == paths
+    ask = Envelope("a", "d", 5, 1, Offer("h", 1.0, 9, 3, "b", bid=0.3, swap_worst=1.2))
+    assert from_wire(to_wire(ask)) == ask
+    raw_paths = to_wire(paths)
+    for bad in ({"h": "far"}, ["h"], {str(i): 1.0 for i in range(5000)}):
+        with pytest.raises(WireError):
+            from_wire({**raw_paths, "body": {**raw_paths["body"], "worst": bad}})
     raw = to_wire(Envelope("d", "b", 4, 1, Exchange("h", 0.5, 7, "a", "c")))
     for field, bad in (("rate", "lots"), ("sender", 5), ("partner", "x" * 300), ("exchange_id", 1.5)):
         with pytest.raises(WireError):
