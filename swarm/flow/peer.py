@@ -278,6 +278,7 @@ class PeerAgent(Exchanger):
     def on_joined(self) -> None:
         """A newcomer announces itself; peers with excess push to it, nobody re-plans for it."""
         self.budget = self.preempts = 0
+        self.reset_exchanges()
         self.disturbed()
 
     def base_budget(self) -> int:
