@@ -14,7 +14,7 @@ from swarm.flow.churn import churn as apply_churn
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import InstanceError, load_instance
 from swarm.flow.reference import max_flow_value
-from swarm.flow.report import MaxFlowWatch, figures
+from swarm.flow.report import MaxFlowWatch, figures, sweep
 
 bench_app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True)
 
@@ -74,3 +74,20 @@ def flow(
     for key, value in out.items():
         if key != "routes":
             typer.echo(f"{key}: {value}")
+
+
+@bench_app.command("flow-sweep")
+@user_errors(ValueError)
+def flow_sweep(
+    instances: int = typer.Option(30, "--instances", help="How many seeded random geo instances."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sweep (sizes, instances, delays)."),
+    max_stages: int = typer.Option(12, "--max-stages", help="Stages drawn from 4..this."),
+    max_per_stage: int = typer.Option(20, "--max-per-stage", help="Peers per stage drawn from 3..this."),
+) -> None:
+    """The routing protocol against the exact optimum over many random instances (JSON figures)."""
+    if max_stages < 4 or max_per_stage < 3:
+        raise UserError("--max-stages must be >= 4 and --max-per-stage >= 3")
+    start = time.perf_counter()
+    out = sweep(instances, seed, (4, max_stages), (3, max_per_stage))
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    typer.echo(json.dumps(out, sort_keys=True))

@@ -85,3 +85,18 @@ def test_bad_instance_file(tmp_path) -> None:
     path.write_text("[1, 2")
     res = run("--instance", str(path))
     assert res.exit_code != 0 and "not valid JSON" in res.output
+
+
+def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
+    res = runner.invoke(
+        app, ["bench", "flow-sweep", "--instances", "3", "--max-stages", "5", "--max-per-stage", "4"]
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["instances"] == 3
+    ratios = out["max_path_over_optimal"]
+    assert 0 < ratios["median"] <= ratios["worst"] and 0 <= ratios["within_5pct"] <= 3
+    assert out["mean_path_over_optimal"]["worst"] >= 1.0 - 1e-6 and out["rounds_mean"] > 0
+    for bad in (["--instances", "0"], ["--max-stages", "2"]):
+        res = runner.invoke(app, ["bench", "flow-sweep", *bad])
+        assert res.exit_code != 0 and "Traceback" not in res.output
