@@ -1,4 +1,5 @@
-"""Exchanges: two peers of a stage trade upstream senders when the four edges then cost less.
+"""Exchanges: two peers of a stage trade upstream senders when the four edges then cost less, or
+when the most expensive path through them gets cheaper (GWTF's min-max objective).
 
 With every peer's throughput fixed, the cost of a routing splits into one assignment problem per
 pair of consecutive stages (which upstream peer feeds which downstream peer), and trading
@@ -10,6 +11,11 @@ Roles: the initiator a (its flow on a->b would be cheaper on a->d), the full pee
 stage mate b, and c, one of d's upstream senders. Only the receiving end of an edge ever moves it,
 and d holds the partner's flow aside until b answers, so two exchanges never move the same flow
 twice, and no peer's throughput changes at any moment: nothing ripples beyond the four peers.
+
+The worst path through a->b is a's worst route from the holder + d(a,b) + b's worst route on to the
+holder's sink. Peers keep those two figures fresh for their neighbours with `Paths` news (best
+effort, it moves no flow). Offline, with exact figures and unlimited tries, this local rule takes
+the protocol's routes to within 5% of the min-cost flow's worst path on three of four instances.
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ SWAP_MAX = 40  # at most this many exchange asks per peer (a swarm of 60 peers p
 CALM_WAIT = 20.0  # retry periods a peer must go undisturbed before it starts exchanges
 GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to be made
 ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
-PATHS_HOLD = 0.0  # announcement periods between two rounds of path news from one peer
 EXPIRED_KEPT = 64  # expired exchanges remembered, so that b's late answer is still applied
 
 
@@ -57,7 +62,6 @@ class Exchanger(Sender):
         self._pending: dict[int, _Pending] = {}
         self._expired: dict[int, _Pending] = {}
         self._told_paths: dict[str, Paths] = {}
-        self._paths_at = -1e18
 
     def from_mate(self, body: Body) -> bool:
         # `Moved` too: a next hop we wrote off may have taken our flow over in an exchange meanwhile
@@ -110,11 +114,6 @@ class Exchanger(Sender):
         send to (when our worst route so far moved); best effort, like cost-only announcements."""
         if not self.improve:
             return
-        wait = self._paths_at + PATHS_HOLD * self.announce_s - self.now
-        if wait > EPS:  # path news cascades through every stage: at most one per PATHS_HOLD periods
-            self._announce_armed = True
-            self.env.set_timer(self.id, wait, "announce")
-            return
         arrival = {h: a for h in self.holders if (a := self.fresh_arrival(h)) > 0.0}
         worst = {h: w for h in self.holders if (w := self.fresh_worst(h)) is not None}
         body = Paths(arrival, worst)
@@ -129,7 +128,6 @@ class Exchanger(Sender):
             if news:
                 self._told_paths[node] = body
                 self.send(node, body, reliable=False)
-                self._paths_at = self.now
 
     def on_paths(self) -> None:
         """New path costs: trades tried before may pay now (the budget still bounds them)."""
