@@ -118,6 +118,10 @@ class MessageBus:
             if agent is not None:
                 agent.on_timer(token, self.now)
 
+    def in_flight(self) -> list[Envelope]:
+        """Envelopes sent and not delivered yet (for benchmarks' watches)."""
+        return [item for _, _, kind, item in self._heap if kind == 0]  # type: ignore[misc]
+
     def run_until(self, t: float) -> None:
         """Advance virtual time to `t`, delivering due messages and firing due timers."""
         while self._heap and self._heap[0][0] <= t:

@@ -297,6 +297,13 @@ class Exchanger(Sender):
         self.relabel()
         self.send(p.initiator, Reply(p.offer.offer_id, h, moved, self.state(), exchanged=moved))
 
+    def exchange_parties(self) -> set[str]:
+        """The peers of the exchanges we (as d) are waiting on: us, the initiators, mates, partners."""
+        parties: set[str] = set()
+        for p in self._pending.values():
+            parties |= {self.id, p.initiator, p.mate, p.partner}
+        return parties
+
     def drop_exchanges(self, node: str) -> None:
         """A peer left: exchanges waiting on it as b end unapplied (a gets a rejection)."""
         for eid in [e for e, p in self._pending.items() if p.mate == node]:

@@ -8,6 +8,8 @@ from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
+from swarm.flow.messages import Exchange, ExchangeDone, Moved, Offer, Reply
+from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 
 
@@ -42,8 +44,32 @@ def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
     }
 
 
+def exchanging(bus: MessageBus) -> set[str]:
+    """Peers in the middle of an exchange: a stage mate asked, a `Moved` or the answer still on its
+    way. The two ends of an edge such an exchange moves disagree until its last message lands,
+    though no peer's throughput changes meanwhile."""
+    busy: set[str] = set()
+    for agent in bus.agents.values():
+        if isinstance(agent, PeerAgent):
+            busy |= agent.exchange_parties()
+    for envelope in bus.in_flight():
+        body = envelope.body
+        moving = isinstance(body, (Exchange, ExchangeDone, Moved))
+        moving = moving or (isinstance(body, Reply) and body.exchanged > 0)
+        if moving or (isinstance(body, Offer) and body.swap_from is not None):
+            busy |= {envelope.src, envelope.dst}
+        if isinstance(body, Reply) and body.exchanged > 0:  # the initiator's old hop let go already
+            asked = bus.agents.get(envelope.dst)
+            entry = asked.offers.get(body.offer_id) if asked is not None else None
+            if entry is not None and entry[3] is not None:
+                busy.add(entry[3])
+    return busy
+
+
 class MaxFlowWatch:
-    """Rounds after which the flow is maximal and consistent for good (`MessageBus` watch).
+    """Rounds after which the maximum flow is routed for good (`MessageBus` watch): the holders
+    send the maximum flow, no peer has excess, capacities and conservation hold, and both ends of
+    every edge agree except edges an exchange is moving at that moment (it changes no throughput).
 
     After churn the maximum flow is usually back well before the protocol is quiet: exchanges and
     improvement moves go on polishing routes without changing any throughput.
@@ -56,10 +82,11 @@ class MaxFlowWatch:
 
     def __call__(self) -> None:
         bus = self.bus
+        busy = exchanging(bus)
         ok = (
             abs(cost.flow_value(bus.routes()) - self.value) <= self.tol
             and total_excess(bus) <= self.tol
-            and not violations(bus)
+            and not violations(bus, in_transit=lambda a, b: a in busy and b in busy)
         )
         if not ok:
             self.rounds = None

@@ -196,3 +196,18 @@ def test_exchange_messages_cross_the_codec_and_bad_ones_are_refused() -> None:
     for field, bad in (("rate", "lots"), ("sender", 5), ("partner", "x" * 300), ("exchange_id", 1.5)):
         with pytest.raises(WireError):
             from_wire({**raw, "body": {**raw["body"], field: bad}})
+
+
+def test_edges_an_exchange_is_moving_are_known_while_it_runs() -> None:
+    """`MaxFlowWatch` excuses only edges whose exchange is under way: the four peers are named from
+    the first ask to the last answer, and nobody once it is done."""
+    from swarm.flow.report import exchanging
+
+    bus, p = crossed()
+    assert p["a"].try_swap()
+    named: set[str] = set()
+    while bus.in_flight():
+        named |= exchanging(bus)
+        bus._step()
+    assert named == {"a", "b", "c", "d"}
+    assert uncrossed(p) and exchanging(bus) == set() and violations(bus) == []
