@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import statistics
 from typing import Any
 
 from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
+from swarm.flow.generate import random_instance
 from swarm.flow.messages import Exchange, ExchangeDone, Moved, Offer, Reply
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
@@ -54,11 +57,11 @@ def exchanging(bus: MessageBus) -> set[str]:
             busy |= agent.exchange_parties()
     for envelope in bus.in_flight():
         body = envelope.body
-        moving = isinstance(body, (Exchange, ExchangeDone, Moved))
-        moving = moving or (isinstance(body, Reply) and body.exchanged > 0)
-        if moving or (isinstance(body, Offer) and body.swap_from is not None):
+        answer = isinstance(body, Reply) and body.exchanged > 0
+        ask = isinstance(body, Offer) and body.swap_from is not None
+        if answer or ask or isinstance(body, (Exchange, ExchangeDone, Moved)):
             busy |= {envelope.src, envelope.dst}
-        if isinstance(body, Reply) and body.exchanged > 0:  # the initiator's old hop let go already
+        if answer:  # the initiator's old hop (its offer's `old`) let go already
             asked = bus.agents.get(envelope.dst)
             entry = asked.offers.get(body.offer_id) if asked is not None else None
             if entry is not None and entry[3] is not None:
@@ -103,11 +106,6 @@ def sweep(
     One instance can mislead (the protocol's path depends on message timing); a sweep shows where a
     change helps and where it hurts.
     """
-    import random
-    import statistics
-
-    from swarm.flow.generate import random_instance
-
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
     rng = random.Random(seed)
