@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -35,6 +36,9 @@ def flow(
     delay_min: float = typer.Option(0.01, "--delay-min", help="Minimum message delay, virtual seconds."),
     delay_max: float = typer.Option(0.05, "--delay-max", help="Maximum message delay, virtual seconds."),
     no_improve: bool = typer.Option(False, "--no-improve", help="Plain push-relabel, no local improvement."),
+    link_capacity: bool = typer.Option(
+        False, "--link-capacity", help="Links carry at most bandwidth / activation bytes microbatches/s."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the decentralized routing protocol and compare it with the exact optimum."""
@@ -47,6 +51,8 @@ def flow(
     if not 0.0 <= delay_min <= delay_max:
         raise UserError("--delay-min and --delay-max must satisfy 0 <= min <= max")
     inst = load_instance(instance) if instance is not None else random_instance(peers, stages, holders, seed)
+    if link_capacity:
+        inst = dataclasses.replace(inst, link_capacity=True)
     bus = MessageBus(inst, seed=seed, delay=(delay_min, delay_max), loss=loss, improve=not no_improve)
     start = time.perf_counter()
     stats = bus.run_until_quiescent()

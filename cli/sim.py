@@ -27,6 +27,7 @@ def _override(
     stages: int | None,
     hours: float | None,
     demand: str | None = None,
+    no_link_capacity: bool = False,
 ):
     """The scenario with the command line's overrides applied (and named after them)."""
     from swarm.sim.scenario import ScenarioError
@@ -44,6 +45,8 @@ def _override(
         sc, tags = sc.with_(max_time_s=hours * 3600.0, iterations=10**9), [*tags, f"{hours:g}h"]
     if demand is not None and demand != sc.holder_demand:
         sc, tags = sc.with_(holder_demand=demand), [*tags, f"demand-{demand}"]
+    if no_link_capacity and sc.link_capacity:
+        sc, tags = sc.with_(link_capacity=False), [*tags, "no-link-capacity"]
     return sc.with_(name=":".join([sc.name, *tags])) if tags else sc
 
 
@@ -71,6 +74,11 @@ def register(app: typer.Typer) -> None:
             None,
             help="What holders ask the routing for: all (as much as the swarm carries) or adaptive "
             "(twice the rate they measured last iteration); overrides the scenario's.",
+        ),
+        no_link_capacity: bool = typer.Option(
+            False,
+            "--no-link-capacity",
+            help="Route as if links carried any rate (only GPUs limit the flow); overrides the scenario's.",
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
         plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
@@ -102,7 +110,9 @@ def register(app: typer.Typer) -> None:
         routers = ("gwtf", "swarm", "oracle") if router == "all" else (router,)
         try:
             scenarios = [
-                _override(resolve_scenario(name), model, peers, stages, hours, holder_demand)
+                _override(
+                    resolve_scenario(name), model, peers, stages, hours, holder_demand, no_link_capacity
+                )
                 for name in scenario
             ]
         except ScenarioError as exc:

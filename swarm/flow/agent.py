@@ -124,7 +124,14 @@ class Sender(Node):
         return sorted(self.next)
 
     def target_spare(self, h: str, v: str) -> float:
-        return self.view_spare(v) - self.offered(h, v)
+        return min(self.view_spare(v) - self.offered(h, v), self.room(v))
+
+    def room(self, v: str) -> float:
+        """What the link to v can still take: its capacity less what we send and offer over it."""
+        if not self.link_limits:
+            return INF
+        used = sum(self.out[h].get(v, 0.0) + self._offered.get((h, v), 0.0) for h in self.holders)
+        return self.edge_cap(self.id, v) - used
 
     def target_label(self, h: str, v: str) -> int:
         return self.view_label(v, h)
@@ -150,6 +157,8 @@ class Sender(Node):
         """
         if not self.ready:
             return INF
+        if self.link_limits:  # links fill with our own flow too: no cache to keep in step
+            return self._cheapest_over_targets(h)
         cached = self._cheap_cache.get(h)
         if cached is None:
             cached = self._cheap_cache[h] = self._cheapest_over_targets(h)
@@ -161,7 +170,7 @@ class Sender(Node):
         link, top = self.link, self.max_label
         for v in self.next:
             st = self.views.get(v)
-            if st is None or st.spare <= EPS or st.labels.get(h, top) >= top:
+            if st is None or st.spare <= EPS or st.labels.get(h, top) >= top or self.room(v) <= EPS:
                 continue
             c = link(v) + st.cheapest.get(h, INF)
             if c < best:
@@ -198,7 +207,7 @@ class Sender(Node):
             st = views.get(v)
             if st is None:
                 continue
-            spare = st.spare - offered.get((h, v), 0.0)
+            spare = min(st.spare - offered.get((h, v), 0.0), self.room(v))
             if spare > EPS and st.labels.get(h, top) < mine:
                 options.append((link(v) + st.cheapest.get(h, INF), v, spare))
         return options
@@ -241,7 +250,7 @@ class Sender(Node):
                     continue
                 cur = self.target_worst(h, v)
                 for w in self.targets(h):
-                    if w == v or self.target_label(h, w) >= mine:
+                    if w == v or self.target_label(h, w) >= mine or self.room(w) <= EPS:
                         continue
                     delta = self.target_cheapest(h, w) - cur
                     if best is None or delta < best[0]:

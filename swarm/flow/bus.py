@@ -100,6 +100,13 @@ class MessageBus:
     def cost(self, a: str, b: str) -> float:
         return self.instance.edge_cost(a, b)
 
+    @property
+    def link_capacity(self) -> bool:
+        return self.instance.link_capacity
+
+    def edge_capacity(self, a: str, b: str) -> float:
+        return self.instance.edge_capacity(a, b)
+
     # ------------------------------------------------------------ running
     def _step(self) -> None:
         t, _, kind, item = heapq.heappop(self._heap)

@@ -14,14 +14,22 @@ TOL = 1e-6
 def violations(bus, in_transit: Callable[[str, str], bool] | None = None) -> list[str]:
     """Everything wrong with the bus's current flow: [] when capacities and conservation hold.
 
-    Checks both ends of every edge agree, every peer carries at most its capacity, every peer's
+    Checks both ends of every edge agree, every peer (and, when limited, every link) carries at most
+    its capacity, every peer's
     in-flow equals its out-flow per holder, and no holder sends more than its demand.
     `in_transit(a, b)` may excuse a disagreement on edge a->b while a message settling it is on
     its way (watches between quiescent points).
     """
     problems: list[str] = []
     agents = bus.agents
+    instance = bus.instance
     for node, agent in agents.items():
+        if instance.link_capacity:
+            for v in {v for nexts in agent.out.values() for v in nexts}:
+                rate = sum(nexts.get(v, 0.0) for nexts in agent.out.values())
+                cap = instance.edge_capacity(node, v)
+                if v in agents and rate > cap + TOL:
+                    problems.append(f"{node}->{v} carries {rate:.6f} > link capacity {cap:.6f}")
         for h, nexts in agent.out.items():
             for v, rate in nexts.items():
                 if rate < -TOL:

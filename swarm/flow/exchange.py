@@ -71,6 +71,10 @@ class Exchanger(Sender):
         """In-flow from u that may be returned, cancelled or moved (not held for an exchange)."""
         return self.inflow[h].get(u, 0.0) - self._held.get((h, u), 0.0)
 
+    def incoming_exchanges(self, a: str) -> float:
+        """Flow that exchanges we (as d) are waiting on would bring us from initiator a."""
+        return sum(p.rate for p in self._pending.values() if p.initiator == a)
+
     def disturbed(self) -> None:
         """Someone changed our flows (offer, return, cancel, churn): exchanges wait for calm again."""
         self._calm_since = self.now
@@ -193,7 +197,9 @@ class Exchanger(Sender):
                 continue
             asked.add(d)
             tried.add((h, b, d))
-            rate = self.out[h][b]
+            rate = min(self.out[h][b], self.room(d))
+            if rate <= EPS:
+                continue
             oid = self.add_offer(h, d, rate, b)
             bid = self.fresh_arrival(h) + self.link(d)
             state, b_worst = self.state(), onwards(h, b)
@@ -226,7 +232,9 @@ class Exchanger(Sender):
         if best is None:
             return False
         c = best[1]
-        rate = min(msg.rate, self.movable(h, c))
+        rate = min(msg.rate, self.movable(h, c), self.in_room(a))
+        if rate <= EPS:
+            return False
         self._held[(h, c)] = self._held.get((h, c), 0.0) + rate
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, c, rate, b)
@@ -318,7 +326,7 @@ class Exchanger(Sender):
         # c replaces a as a sender: our label must not drop (news that would ripple through the swarm)
         keeps = self.view_label(c, h) + 1 >= self.label(h)
         if h in self.inflow and a in self.prev and c in self.prev and a != c and keeps:
-            moved = min(msg.rate, self.movable(h, a))
+            moved = min(msg.rate, self.movable(h, a), self.in_room(c))
         if moved > EPS:
             self.inflow[h][a] -= moved
             self.inflow[h][c] = self.inflow[h].get(c, 0.0) + moved

@@ -43,7 +43,8 @@ class HolderAgent(Sender):
             return
         if isinstance(body, Offer):  # as the sink: everything of our own commodity comes home
             ok = body.holder == self.id and src in self.prev
-            accepted = body.rate if ok else 0.0
+            room = self.edge_cap(src, self.id) - self.sink_in.get(src, 0.0)
+            accepted = max(0.0, min(body.rate, room)) if ok else 0.0
             if ok:
                 self.sink_in[src] = self.sink_in.get(src, 0.0) + accepted
             self.send(src, Reply(body.offer_id, body.holder, accepted, self.state()))

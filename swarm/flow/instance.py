@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+INF = float("inf")
+
 GIB = float(1 << 30)
 MB = 1e6
 
@@ -99,12 +101,14 @@ class Instance:
     peers: tuple[PeerSpec, ...]
     geo: bool = True
     explicit_links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    link_capacity: bool = False  # links carry at most bandwidth / activation_bytes microbatches/s
 
     def __post_init__(self) -> None:
         self._by_id: dict[str, PeerSpec | HolderSpec] = {}
         self._by_stage: list[list[PeerSpec]] = [[] for _ in range(max(self.stages, 0))]
         self.validate()
         self._cost_cache: dict[tuple[str, str], float] = {}
+        self._cap_cache: dict[tuple[str, str], float] = {}
 
     # ------------------------------------------------------------------ lookups
     def node(self, node_id: str) -> PeerSpec | HolderSpec:
@@ -146,6 +150,18 @@ class Instance:
         self._cost_cache[key] = cost
         return cost
 
+    def edge_capacity(self, a: str, b: str) -> float:
+        """Microbatches/s the edge a -> b can carry: each one sends its activations over a -> b and
+        its gradient back over b -> a, so the slower direction bounds it (inf without link limits)."""
+        if not self.link_capacity:
+            return INF
+        key = (a, b) if a <= b else (b, a)
+        cached = self._cap_cache.get(key)
+        if cached is None:
+            slower = min(self.link(a, b).bandwidth_bytes_s, self.link(b, a).bandwidth_bytes_s)
+            cached = self._cap_cache[key] = slower / self.activation_bytes
+        return cached
+
     # ------------------------------------------------------------ modification
     def replace(
         self,
@@ -161,6 +177,7 @@ class Instance:
             peers=tuple(self.peers if peers is None else peers),
             geo=self.geo,
             explicit_links=dict(self.explicit_links),
+            link_capacity=self.link_capacity,
         )
 
     # -------------------------------------------------------------- validation
@@ -282,6 +299,9 @@ def instance_from_dict(raw: Any) -> Instance:
             )
     else:
         raise InstanceError(f"'links' must be \"geo\" or a list of links, got {links!r}")
+    link_capacity = raw.get("link_capacity", False)
+    if not isinstance(link_capacity, bool):
+        raise InstanceError(f"'link_capacity' must be true or false, got {link_capacity!r}")
     return Instance(
         stages=stages,
         activation_bytes=_number(raw, "activation_bytes", "instance"),
@@ -289,6 +309,7 @@ def instance_from_dict(raw: Any) -> Instance:
         peers=tuple(peers),
         geo=geo,
         explicit_links=explicit,
+        link_capacity=link_capacity,
     )
 
 

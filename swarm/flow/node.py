@@ -126,6 +126,9 @@ class Node:
         self._ack_armed = False
         self._static_costs = bool(getattr(env, "static_costs", False))
         self._links: dict[str, float] = {}  # edge costs to neighbours, when the env says they are static
+        # links carry at most bandwidth / activation bytes microbatches/s (`Instance.link_capacity`)
+        self.link_limits = bool(getattr(env, "link_capacity", False))
+        self._caps: dict[tuple[str, str], float] = {}
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
         self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
@@ -162,12 +165,23 @@ class Node:
                 self._links[v] = found
         return found
 
+    def edge_cap(self, a: str, b: str) -> float:
+        """Microbatches/s the link a -> b carries (inf unless the environment limits links)."""
+        if not self.link_limits:
+            return INF
+        found = self._caps.get((a, b))
+        if found is None:
+            found = self._caps[(a, b)] = self.env.edge_capacity(a, b)
+        return found
+
     def forget_costs(self, node: str | None = None) -> None:
         """Edge costs to `node` (to everyone, without one) changed: drop what was derived from them."""
         if node is None:
             self._links.clear()
+            self._caps.clear()
         else:
             self._links.pop(node, None)
+            self._caps = {k: c for k, c in self._caps.items() if node not in k}
         self._cheap_cache.clear()
         self._worst_cache.clear()
 

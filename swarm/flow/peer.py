@@ -66,6 +66,13 @@ class PeerAgent(Exchanger):
     def spare(self) -> float:
         return max(0.0, self.capacity - self.carried())
 
+    def in_room(self, u: str) -> float:
+        """What the link from sender u can still bring us (inf unless links are limited)."""
+        if not self.link_limits:
+            return INF
+        carried = sum(self.inflow[h].get(u, 0.0) for h in self.holders)
+        return self.edge_cap(u, self.id) - carried - self.incoming_exchanges(u)
+
     def supply(self, h: str) -> float:
         return sum(self.inflow[h].values())
 
@@ -81,7 +88,7 @@ class PeerAgent(Exchanger):
         return sorted(self.next)
 
     def target_spare(self, h: str, v: str) -> float:
-        return INF if self.last else super().target_spare(h, v)
+        return self.room(h) if self.last else super().target_spare(h, v)
 
     def target_label(self, h: str, v: str) -> int:
         return 0 if self.last else super().target_label(h, v)
@@ -96,13 +103,14 @@ class PeerAgent(Exchanger):
         return not self.last  # the last stage's next hops are holders: their views do not count
 
     def _push_options(self, h: str, mine: int) -> list[tuple[float, str, float]]:
-        if self.last:  # the holder's sink takes everything of its own, at label 0
-            return [(self.link(h), h, INF)] if h in self.next and mine > 0 else []
+        if self.last:  # the holder's sink takes everything of its own (its link allowing), at label 0
+            room = self.room(h) if h in self.next else 0.0
+            return [(self.link(h), h, room)] if room > EPS and mine > 0 else []
         return super()._push_options(h, mine)
 
     def _cheapest_over_targets(self, h: str) -> float:
-        if self.last:  # the holder's sink always takes its own microbatches back
-            return self.link(h) if h in self.next else INF
+        if self.last:  # the holder's sink always takes its own microbatches back (link allowing)
+            return self.link(h) if h in self.next and self.room(h) > EPS else INF
         return super()._cheapest_over_targets(h)
 
     def upstream_label(self, u: str, h: str) -> int:
@@ -112,15 +120,17 @@ class PeerAgent(Exchanger):
         """Per holder, the lowest label among next hops that published spare capacity (cached until
         a next hop's fullness or labels change: the hot path of every relabel)."""
         cache = self._fwd_cache
+        if self.link_limits:  # our own flow fills links too: no cache to keep in step
+            cache.clear()
         if not cache:
             top = self.max_label
             if self.last:
-                cache.update({h: 0 if h in self.next else top for h in self.holders})
+                cache.update({h: 0 if h in self.next and self.room(h) > EPS else top for h in self.holders})
             else:
                 cache.update(dict.fromkeys(self.holders, top))
                 for v in self.next:
                     st = self.views.get(v)
-                    if st is None or st.spare <= EPS:
+                    if st is None or st.spare <= EPS or self.room(v) <= EPS:
                         continue
                     for h in self.holders:
                         lab = st.labels.get(h, top)
@@ -189,9 +199,10 @@ class PeerAgent(Exchanger):
                 self.send(src, Reply(msg.offer_id, h, 0.0, self.state()))
             return  # on a trade b answers first, and the reply goes out with its outcome
         elif src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
-            accepted = min(msg.rate, self.spare())
-            if msg.preempt and msg.bid is not None and accepted < msg.rate - EPS:
-                accepted += self._evict(src, h, msg.rate - accepted, msg.bid)
+            room = max(0.0, self.in_room(src))
+            accepted = min(msg.rate, self.spare(), room)
+            if msg.preempt and msg.bid is not None and accepted < min(msg.rate, room) - EPS:
+                accepted += self._evict(src, h, min(msg.rate, room) - accepted, msg.bid)
         if accepted > EPS:
             self.inflow[h][src] = self.inflow[h].get(src, 0.0) + accepted
             if msg.bid is not None:
@@ -237,12 +248,16 @@ class PeerAgent(Exchanger):
         full = [
             v
             for v in self.next
-            if self.view_spare(v) <= EPS and self.target_label(h, v) < mine and v in self.views
+            if self.view_spare(v) <= EPS
+            and self.target_label(h, v) < mine
+            and v in self.views
+            and self.room(v) > EPS
         ]
         if not full:
             return False
         v = min(full, key=lambda v: (self.link(v) + self.views[v].cheapest.get(h, INF), v))
         self.preempts -= 1
+        left = min(left, self.room(v))
         oid = self.add_offer(h, v, left, None)
         bid = self.arrival(h) + self.link(v)
         self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1, state=self.state()))

@@ -36,7 +36,11 @@ def max_flow_value(instance: Instance) -> float:
 
     Every holder reaches every first-stage peer and is reached by every last-stage peer, so the
     multi-commodity maximum equals this single-commodity one (each path can end at its own holder).
+    With link capacities a holder's own links bound its paths, so the exact multi-commodity LP
+    answers instead.
     """
+    if instance.link_capacity:
+        return _lp_max_flow(_model(instance))
     g = nx.DiGraph()
     for h in instance.holders:
         g.add_edge("__src__", ("out", h.id), capacity=h.demand)
@@ -76,6 +80,8 @@ def _model(instance: Instance, keep: Callable[[str, str, str], bool] | None = No
     holders = instance.holder_ids()
     cons_row = {(h, p): i for i, (h, p) in enumerate((h, p) for h in holders for p in peers)}
     cap_row = {p: i for i, p in enumerate(peers)}
+    link_row: dict[tuple[str, str], int] = {}  # shared by every holder's copy of the edge
+    link_cap: list[float] = []
     eq_r, eq_c, eq_v = [], [], []
     ub_r, ub_c, ub_v = [], [], []
     total = np.zeros(n)
@@ -88,9 +94,15 @@ def _model(instance: Instance, keep: Callable[[str, str, str], bool] | None = No
         if a == h:
             ub_r.append(len(peers) + holders.index(h)), ub_c.append(j), ub_v.append(1.0)
             total[j] = 1.0
+        if instance.link_capacity:
+            k = link_row.get((a, b))
+            if k is None:
+                k = link_row[(a, b)] = len(link_row)
+                link_cap.append(instance.edge_capacity(a, b))
+            ub_r.append(len(peers) + len(holders) + k), ub_c.append(j), ub_v.append(1.0)
     a_eq = coo_matrix((eq_v, (eq_r, eq_c)), shape=(len(cons_row), n))
-    a_ub = coo_matrix((ub_v, (ub_r, ub_c)), shape=(len(peers) + len(holders), n))
-    b_ub = np.array([p.capacity for p in instance.peers] + [h.demand for h in instance.holders])
+    a_ub = coo_matrix((ub_v, (ub_r, ub_c)), shape=(len(peers) + len(holders) + len(link_row), n))
+    b_ub = np.array([p.capacity for p in instance.peers] + [h.demand for h in instance.holders] + link_cap)
     return _Model(edges, cost, a_eq, a_ub, b_ub, total)
 
 
@@ -226,6 +238,7 @@ def min_max_path_solution(instance: Instance, time_limit: float = 60.0) -> MinMa
     dem = {h.id: h.demand for h in instance.holders}
     for j, (h, a, b) in enumerate(m.edges):
         ub = min(caps.get(b, dem.get(b, best)), caps.get(a, dem.get(a, best)), best)
+        ub = min(ub, instance.edge_capacity(a, b))
         row([(j, 1.0), (n + j, -ub)], -np.inf, 0.0)  # x <= ub * y
         pb = pot[(h, "__sink__")] if b == h else pot[(h, b)]
         d = instance.edge_cost(a, b)

@@ -53,6 +53,7 @@ class Scenario:
     explicit_peers: tuple[PeerEntry, ...] = ()
     averaging: str = "direct"  # how replicas exchange gradients (swarm/sim/allreduce.py)
     holder_demand: str = "all"  # what holders ask the routing for (swarm/routing/demand.py)
+    link_capacity: bool = True  # the routing knows links carry at most bandwidth / activation bytes
 
     def with_(self, **changes: Any) -> Scenario:
         return replace(self, **changes)
@@ -60,7 +61,7 @@ class Scenario:
 
 _TOP = {
     "name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed", "averaging",
-    "holder_demand",
+    "holder_demand", "link_capacity",
 }  # fmt: skip
 GEO10 = ("Belgium", "Canada", "Germany", "Iowa", "Japan", "LA", "London", "NL", "Oregon", "Singapore")
 HETERO_MIX = {"A100-80GB": 0.1, "A100-40GB": 0.1, "L4": 0.2, "RTX-4090": 0.2, "RTX-3090": 0.2, "T4": 0.2}
@@ -180,6 +181,9 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
     demand = raw.get("holder_demand", "all")
     if demand not in POLICIES:
         raise ScenarioError(f"scenario: 'holder_demand' must be one of {', '.join(POLICIES)}, got {demand!r}")
+    link_capacity = raw.get("link_capacity", True)
+    if not isinstance(link_capacity, bool):
+        raise ScenarioError(f"scenario: 'link_capacity' must be true or false, got {link_capacity!r}")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ScenarioError("scenario: 'name' must be a non-empty string")
@@ -202,6 +206,7 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
         explicit_peers=entries,
         averaging=averaging,
         holder_demand=demand,
+        link_capacity=link_capacity,
     )
 
 

@@ -135,7 +135,13 @@ class Simulation(Faults):
                 for h in self.holders
             ]
             try:
-                self._instance = Instance(self.stages, self.act_bytes, tuple(holders), tuple(peers))
+                self._instance = Instance(
+                    self.stages,
+                    self.act_bytes,
+                    tuple(holders),
+                    tuple(peers),
+                    link_capacity=self.sc.link_capacity,
+                )
             except InstanceError:
                 return None
         return self._instance

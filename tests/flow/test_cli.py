@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from swarm.flow.instance import instance_from_dict
 from tests.flow.test_instances import GOOD
 
 runner = CliRunner()
@@ -38,6 +39,24 @@ def test_random_json() -> None:
         assert key in out
     assert out["flow"] == pytest.approx(out["optimal_flow"], abs=1e-5)
     assert out["violations"] == 0
+
+
+def test_link_capacity_bounds_the_flow(tmp_path) -> None:
+    """40 MiB activations: the Iowa-Japan link carries well under the peers' 2 microbatches/s."""
+    raw = {**GOOD, "activation_bytes": 40 * 2**20}
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(raw))
+    free = json.loads(run("--instance", str(path), "--json").output)
+    res = run("--instance", str(path), "--json", "--link-capacity")
+    path.write_text(json.dumps({**raw, "link_capacity": True}))
+    same = json.loads(run("--instance", str(path), "--json").output)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    link = instance_from_dict(raw | {"link_capacity": True}).edge_capacity("h0", "p0")
+    assert free["flow"] == pytest.approx(2.0)
+    assert out["flow"] == pytest.approx(link, abs=1e-5) == same["flow"]
+    assert out["optimal_flow"] == pytest.approx(link, abs=1e-5)
+    assert link < 1.0 and out["violations"] == 0
 
 
 def test_instance_file_with_churn(tmp_path) -> None:

@@ -54,3 +54,25 @@ def test_router_runs_are_deterministic(churny) -> None:
 def test_gwtf_uses_the_protocol_bus() -> None:
     res = simulate(homogeneous(), "gwtf")
     assert res.protocol_messages > 0
+
+
+@pytest.mark.parametrize("router", ["gwtf", "oracle"])
+def test_planned_routes_respect_link_limits(router) -> None:
+    """Geo links carry a few microbatches/s: the plan spreads over them instead of piling up."""
+    from swarm.flow.cost import aggregate
+    from swarm.sim.routers import make_router
+    from swarm.sim.simulator import Simulation
+
+    sc = small()
+    assert sc.link_capacity  # the default: the routing knows what links carry
+    sim = Simulation(sc, make_router(router, sc.seed))
+    sim.router.start(sim)
+    inst = sim.instance()
+    assert inst is not None and inst.link_capacity
+    table = aggregate(sim.router.routes(0.0))
+    assert table
+    for a, hops in table.items():
+        for b, rate in hops.items():
+            assert rate <= inst.edge_capacity(a, b) + 1e-6
+    unlimited = Simulation(sc.with_(link_capacity=False), make_router(router, sc.seed))
+    assert not unlimited.instance().link_capacity

@@ -74,6 +74,7 @@ def test_json_and_toml_files(tmp_path) -> None:
         ({"model": {"layers": 4, "hidden": "big"}}, "'hidden' must be a positive integer"),
         ({"averaging": "gossip"}, "'averaging' must be one of direct, ring, got 'gossip'"),
         ({"holder_demand": "more"}, "'holder_demand' must be one of all, adaptive, got 'more'"),
+        ({"link_capacity": "yes"}, "'link_capacity' must be true or false, got 'yes'"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message) -> None:

@@ -1,0 +1,112 @@
+"""Links that carry at most bandwidth / activation bytes microbatches per second."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.generate import random_instance
+from swarm.flow.instance import InstanceError, Link, instance_from_dict
+from swarm.flow.reference import max_flow_value, min_cost_max_flow
+from tests.flow.conftest import explicit
+
+SETTINGS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _limited(overrides: dict) -> object:
+    """The diamond h -> {a (cap 2), b (cap 3)} -> c (cap 4) -> h with some links slowed down."""
+    inst = explicit(
+        2, [("a", 0, 2.0, 0.1), ("b", 0, 3.0, 0.3), ("c", 1, 4.0, 0.1)], [("h", 10.0)], overrides=overrides
+    )
+    return dataclasses.replace(inst, link_capacity=True)
+
+
+def _converge(inst, seed: int = 0, loss: float = 0.0) -> MessageBus:
+    bus = MessageBus(inst, seed=seed, loss=loss)
+    assert bus.run_until_quiescent(max_time=1e6).quiescent
+    return bus
+
+
+def _flow(bus: MessageBus) -> float:
+    return sum(a.served() for a in bus.agents.values() if hasattr(a, "served"))
+
+
+def test_capacity_is_the_slower_direction_over_activation_bytes() -> None:
+    inst = _limited({("h", "a"): Link(0.01, 3e6), ("a", "h"): Link(0.01, 1.5e6)})
+    assert inst.edge_capacity("h", "a") == pytest.approx(1.5)  # activation_bytes = 1e6
+    assert inst.edge_capacity("a", "h") == pytest.approx(1.5)
+    assert inst.edge_capacity("a", "c") == pytest.approx(100.0)
+    assert math.isinf(dataclasses.replace(inst, link_capacity=False).edge_capacity("h", "a"))
+
+
+def test_hand_checked_links_limit_the_flow() -> None:
+    # h->a carries 1/s and h->b 1.5/s: 2.5 in all, although the peers could take 4
+    inst = _limited({("h", "a"): Link(0.01, 1e6), ("h", "b"): Link(0.01, 1.5e6)})
+    assert max_flow_value(inst) == pytest.approx(2.5)
+    bus = _converge(inst)
+    assert violations(bus) == []
+    assert _flow(bus) == pytest.approx(2.5)
+    routes = bus.routes()["h"]
+    assert routes["h"] == pytest.approx({"a": 1.0, "b": 1.5})
+
+
+def test_the_link_home_limits_the_flow() -> None:
+    inst = _limited({("c", "h"): Link(0.01, 1.25e6)})
+    bus = _converge(inst)
+    assert violations(bus) == []
+    assert _flow(bus) == pytest.approx(1.25) == pytest.approx(max_flow_value(inst))
+
+
+def test_min_cost_reference_respects_links() -> None:
+    inst = _limited({("h", "a"): Link(0.01, 1e6), ("h", "b"): Link(0.01, 1.5e6)})
+    routes = min_cost_max_flow(inst)["h"]
+    assert routes["h"]["a"] <= 1.0 + 1e-6 and routes["h"]["b"] <= 1.5 + 1e-6
+
+
+@given(
+    stages=st.integers(2, 6),
+    per_stage=st.integers(2, 6),
+    seed=st.integers(0, 10_000),
+    loss=st.sampled_from([0.0, 0.1]),
+)
+@SETTINGS
+def test_one_holder_reaches_the_maximum_within_link_limits(
+    stages: int, per_stage: int, seed: int, loss: float
+) -> None:
+    base = random_instance(stages * per_stage, stages, 1, seed, activation_bytes=10 * 2**20)
+    inst = dataclasses.replace(base, link_capacity=True)
+    bus = _converge(inst, seed, loss)
+    assert violations(bus) == []
+    assert _flow(bus) == pytest.approx(max_flow_value(inst), rel=1e-6, abs=1e-6)
+
+
+@given(seed=st.integers(0, 10_000))
+@SETTINGS
+def test_several_holders_stay_within_link_limits(seed: int) -> None:
+    """Shared links make several holders a true multi-commodity problem: the protocol's flow is
+    feasible and at most the exact LP's (it may fall short of it; see the README)."""
+    base = random_instance(24, 4, 3, seed, activation_bytes=10 * 2**20)
+    inst = dataclasses.replace(base, link_capacity=True)
+    bus = _converge(inst, seed)
+    assert violations(bus) == []
+    assert _flow(bus) <= max_flow_value(inst) + 1e-6
+
+
+def test_instance_file_field() -> None:
+    raw = {
+        "stages": 1,
+        "activation_bytes": 1e6,
+        "holders": [{"id": "h", "demand": 1.0, "region": "Iowa"}],
+        "peers": [{"id": "p", "stage": 0, "capacity": 1.0, "region": "Japan"}],
+        "link_capacity": True,
+    }
+    assert instance_from_dict(raw).link_capacity
+    assert not instance_from_dict({**raw, "link_capacity": False}).link_capacity
+    with pytest.raises(InstanceError, match="link_capacity"):
+        instance_from_dict({**raw, "link_capacity": "yes"})
