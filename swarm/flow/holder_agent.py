@@ -28,6 +28,7 @@ class HolderAgent(Sender):
         self.all_holders = tuple(holders)
         self.demand = demand
         self.sink_in: dict[str, float] = {}
+        self.preempts = -1  # bids for full stage-0 peers (with limited links); set at first use
 
     def supply(self, h: str) -> float:
         return self.demand
@@ -77,12 +78,38 @@ class HolderAgent(Sender):
             return
         ex = self.excess(h)
         if ex > EPS:
-            self.push(h)
+            left = self.push(h)
+            if left > EPS and self.link_limits:
+                self._preempt(left)
         elif ex < -EPS:
             self.cancel_deficit(h)
         if not self.offers and not self.cancels:
             self.try_improve()
         self.announce()
+
+    def _preempt(self, left: float) -> None:
+        """Demand left and every stage-0 peer our links reach is full: bid for the cheapest one's
+        capacity (budgeted; with limited links other holders may hold the peers we depend on)."""
+        if self.preempts < 0:
+            self.preempts = len(self.next)
+        if self.preempts <= 0 or not self.improve:
+            return
+        h, mine = self.id, self.src_label
+        full = [
+            v
+            for v in self.next
+            if v in self.views
+            and self.view_spare(v) <= EPS
+            and self.room(v) > EPS
+            and self.target_label(h, v) < mine
+        ]
+        if not full:
+            return
+        v = min(full, key=lambda v: (self.link(v), v))
+        self.preempts -= 1
+        rate = min(left, self.room(v))
+        oid = self.add_offer(h, v, rate, None)
+        self.send(v, Offer(h, rate, oid, mine, bid=self.link(v), preempt=1, state=self.state()))
 
     def announce(self) -> None:
         """A holder's label never changes; stage peers know it, so there is nothing to publish."""

@@ -225,19 +225,24 @@ class PeerAgent(Exchanger):
         so far; all flows through this peer share the same continuation).
         """
         got = 0.0
-        bids = self.bids[h]
+        # with limited links a holder may depend on a few peers its links reach, so flows of other
+        # holders bid too (their senders push elsewhere or return it; each eviction needs a cheaper bid)
+        kinds = self.holders if self.link_limits else (h,)
         worse = [
-            (bids.get(u, 0.0), u)
-            for u in self.inflow[h]
-            if u != sender and self.movable(h, u) > EPS and bids.get(u, 0.0) > bid + PREEMPT_MARGIN_S
+            (self.bids[g].get(u, 0.0), g, u)
+            for g in kinds
+            for u in self.inflow[g]
+            if (u, g) != (sender, h)
+            and self.movable(g, u) > EPS
+            and self.bids[g].get(u, 0.0) > bid + PREEMPT_MARGIN_S
         ]
-        for _, u in sorted(worse, reverse=True):
+        for _, g, u in sorted(worse, reverse=True):
             if got >= rate - EPS:
                 break
-            moved = min(rate - got, self.movable(h, u))
-            self.inflow[h][u] -= moved
+            moved = min(rate - got, self.movable(g, u))
+            self.inflow[g][u] -= moved
             got += moved
-            self.send(u, Return(h, moved, self.state()))
+            self.send(u, Return(g, moved, self.state()))
         return got
 
     def _preempt(self, h: str, left: float) -> bool:
