@@ -110,3 +110,26 @@ def test_instance_file_field() -> None:
     assert not instance_from_dict({**raw, "link_capacity": False}).link_capacity
     with pytest.raises(InstanceError, match="link_capacity"):
         instance_from_dict({**raw, "link_capacity": "yes"})
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_holder_takes_back_the_peer_its_links_depend_on(seed: int) -> None:
+    """h1 reaches only p (its link to q is a trickle); h0 prefers p but can use q. Whichever
+    arrives first, h1 bids p's capacity away from h0's dearer flow and both holders are served."""
+    inst = explicit(
+        1,
+        [("p", 0, 1.0, 0.1), ("q", 0, 1.0, 0.1)],
+        [("h0", 1.0), ("h1", 1.0)],
+        overrides={
+            ("h0", "p"): Link(0.05, 1e8),
+            ("h0", "q"): Link(0.2, 1e8),
+            ("h1", "p"): Link(0.001, 1e8),
+            ("h1", "q"): Link(0.001, 1e3),
+        },
+    )
+    inst = dataclasses.replace(inst, link_capacity=True)
+    assert max_flow_value(inst) == pytest.approx(2.0, abs=1e-3)
+    bus = _converge(inst, seed)
+    assert violations(bus) == []
+    assert bus.agents["h1"].served() == pytest.approx(1.0, abs=2e-3)
+    assert _flow(bus) == pytest.approx(max_flow_value(inst), abs=1e-6)
