@@ -89,11 +89,26 @@ def flow_sweep(
     seed: int = typer.Option(0, "--seed", help="Seed of the sweep (sizes, instances, delays)."),
     max_stages: int = typer.Option(12, "--max-stages", help="Stages drawn from 4..this."),
     max_per_stage: int = typer.Option(20, "--max-per-stage", help="Peers per stage drawn from 3..this."),
+    max_holders: int = typer.Option(1, "--max-holders", help="Data holders drawn from 1..this."),
+    link_capacity: bool = typer.Option(
+        False, "--link-capacity", help="Links carry at most bandwidth / activation bytes microbatches/s."
+    ),
+    activation_mb: float = typer.Option(4.0, "--activation-mb", help="MiB of activations per microbatch."),
 ) -> None:
     """The routing protocol against the exact optimum over many random instances (JSON figures)."""
-    if max_stages < 4 or max_per_stage < 3:
-        raise UserError("--max-stages must be >= 4 and --max-per-stage >= 3")
+    if max_stages < 4 or max_per_stage < 3 or max_holders < 1:
+        raise UserError("--max-stages must be >= 4, --max-per-stage >= 3 and --max-holders >= 1")
+    if not activation_mb > 0:
+        raise UserError(f"--activation-mb must be positive, got {activation_mb}")
     start = time.perf_counter()
-    out = sweep(instances, seed, (4, max_stages), (3, max_per_stage))
+    out = sweep(
+        instances,
+        seed,
+        (4, max_stages),
+        (3, max_per_stage),
+        (1, max_holders),
+        link_capacity,
+        activation_mb * 2**20,
+    )
     out["seconds"] = round(time.perf_counter() - start, 3)
     typer.echo(json.dumps(out, sort_keys=True))

@@ -116,6 +116,12 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     ratios = out["max_path_over_optimal"]
     assert 0 < ratios["median"] <= ratios["worst"] and 0 <= ratios["within_5pct"] <= 3
     assert out["mean_path_over_optimal"]["worst"] >= 1.0 - 1e-6 and out["rounds_mean"] > 0
-    for bad in (["--instances", "0"], ["--max-stages", "2"]):
+    assert out["exact_max_flow"] == 3 and out["flow_over_optimal_worst"] == pytest.approx(1.0)
+    limited = ["--instances", "2", "--max-stages", "4", "--max-per-stage", "4", "--max-holders", "2"]
+    res = runner.invoke(app, ["bench", "flow-sweep", *limited, "--link-capacity", "--activation-mb", "10"])
+    assert res.exit_code == 0, res.output
+    assert 0 < json.loads(res.output)["flow_over_optimal_worst"] <= 1.0 + 1e-6
+    bad_args = (["--instances", "0"], ["--max-stages", "2"], ["--max-holders", "0"], ["--activation-mb", "0"])
+    for bad in bad_args:
         res = runner.invoke(app, ["bench", "flow-sweep", *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output
