@@ -52,6 +52,10 @@ class Sender(Node):
         self.cancels: dict[int, tuple[str, str, float]] = {}
         self._offered: dict[tuple[str, str], float] = {}
         self._offered_h: dict[str, float] = {}
+        self._flows_at = 0  # bumped whenever out-flows or offers change (link use, see `room`)
+        self._links_at = -1
+        self._link_used: dict[str, float] = {}
+        self._full_links: frozenset[str] = frozenset()
         self._ids = 0
         self.rng = random.Random(seed)
         self.improve = improve
@@ -98,6 +102,7 @@ class Sender(Node):
         """Track an offer. A move (`old` set) only shifts flow that already leaves, so it does not
         count against excess: counted, it would read as a deficit and cancel flow meanwhile."""
         oid = self._new_id()
+        self.flows_moved()
         self.offers[oid] = (h, v, rate, old)
         self._offered[(h, v)] = self._offered.get((h, v), 0.0) + rate
         if old is None:
@@ -107,6 +112,7 @@ class Sender(Node):
     def pop_offer(self, oid: int) -> tuple[str, str, float, str | None] | None:
         entry = self.offers.pop(oid, None)
         if entry is not None:
+            self.flows_moved()
             h, v, rate, old = entry
             self._offered[(h, v)] -= rate
             if old is None:
@@ -130,8 +136,37 @@ class Sender(Node):
         """What the link to v can still take: its capacity less what we send and offer over it."""
         if not self.link_limits:
             return INF
-        used = sum(self.out[h].get(v, 0.0) + self._offered.get((h, v), 0.0) for h in self.holders)
-        return self.edge_cap(self.id, v) - used
+        if self._links_at != self._flows_at:
+            self.sync_links()
+        return self.edge_cap(self.id, v) - self._link_used.get(v, 0.0)
+
+    def link_full(self, v: str) -> bool:
+        if not self.link_limits:
+            return False
+        self.sync_links()
+        return v in self._full_links
+
+    def flows_moved(self) -> None:
+        """Our out-flows or offers changed: link use is summed again when next asked."""
+        self._flows_at += 1
+
+    def sync_links(self) -> None:
+        """Sum what we send and offer per link; when the set of full links changes, the cached
+        labels and route costs (which skip full links) are stale."""
+        if not self.link_limits or self._links_at == self._flows_at:
+            return
+        used: dict[str, float] = {}
+        for nexts in self.out.values():
+            for v, r in nexts.items():
+                used[v] = used.get(v, 0.0) + r
+        for (_, v), r in self._offered.items():
+            used[v] = used.get(v, 0.0) + r
+        self._link_used, self._links_at = used, self._flows_at
+        full = frozenset(v for v in self.next if self.edge_cap(self.id, v) - used.get(v, 0.0) <= EPS)
+        if full != self._full_links:
+            self._full_links = full
+            self._fwd_cache.clear()
+            self._cheap_cache.clear()
 
     def target_label(self, h: str, v: str) -> int:
         return self.view_label(v, h)
@@ -157,8 +192,7 @@ class Sender(Node):
         """
         if not self.ready:
             return INF
-        if self.link_limits:  # links fill with our own flow too: no cache to keep in step
-            return self._cheapest_over_targets(h)
+        self.sync_links()  # a link that filled or freed up changes the cheapest route
         cached = self._cheap_cache.get(h)
         if cached is None:
             cached = self._cheap_cache[h] = self._cheapest_over_targets(h)
@@ -227,6 +261,7 @@ class Sender(Node):
 
     def cancel(self, h: str, v: str, rate: float) -> None:
         self.out[h][v] -= rate
+        self.flows_moved()
         self._worst_cache.clear()
         cid = self._new_id()
         self.cancels[cid] = (h, v, rate)
@@ -287,12 +322,14 @@ class Sender(Node):
             return
         if msg.accepted > EPS:
             self.out[h][v] = self.out[h].get(v, 0.0) + msg.accepted
+            self.flows_moved()
             self._worst_cache.clear()
             if old is None:
                 return
             moved = min(max(msg.exchanged, 0.0), msg.accepted)
             if moved > EPS:  # the old hop already let go of this much (an exchange)
                 self.out[h][old] = self.out[h].get(old, 0.0) - moved
+                self.flows_moved()
             rest = min(msg.accepted - moved, self.out[h].get(old, 0.0))
             if rest > EPS:
                 self.cancel(h, old, rest)
@@ -301,6 +338,7 @@ class Sender(Node):
         self.observe(msg.state)
         if src in self.next:  # may dip below zero while a cancel to src is in flight
             self.out[msg.holder][src] = self.out[msg.holder].get(src, 0.0) - msg.rate
+            self.flows_moved()
             self._worst_cache.clear()
 
     def on_cancel_done(self, src: str, msg: CancelDone) -> None:
@@ -310,6 +348,7 @@ class Sender(Node):
             return
         h, v, rate = entry
         self.out[h][v] = self.out[h].get(v, 0.0) + max(0.0, rate - msg.cancelled)
+        self.flows_moved()
         self._worst_cache.clear()
 
     def write_off(self, node: str, inflow: dict[str, float], out: dict[str, float]) -> None:
@@ -330,6 +369,7 @@ class Sender(Node):
         """A next hop is gone: its flow vanishes, offers to it count as rejected."""
         for h in self.holders:
             self.out[h].pop(node, None)
+            self.flows_moved()
             self._worst_cache.clear()
         for oid in [k for k, e in self.offers.items() if e[1] == node]:
             self.pop_offer(oid)

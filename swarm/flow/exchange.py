@@ -344,13 +344,16 @@ class Exchanger(Sender):
         if src not in self.next or h not in self.out:  # not ours to send to: withdraw it
             if h in self.out and msg.old in self.next:  # it left `old` all the same
                 self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
+                self.flows_moved()
                 self._worst_cache.clear()
             self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
             return
         self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate
+        self.flows_moved()
         if msg.old in self.next:  # (unless we already wrote that hop off; may dip below zero
             # while our offer to it is unanswered: its reply adds what it accepted)
             self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
+            self.flows_moved()
         self._worst_cache.clear()
 
 

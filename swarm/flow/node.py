@@ -301,11 +301,17 @@ class Node:
         if state.node not in self.next:
             return  # only next hops' views feed the cached labels and route costs
         self._worst_cache.clear()
+        if self.link_full(state.node):
+            return  # the cached minima skip full links: nothing there moved
         if old is None or not self.views_fold():
             self._cheap_cache.clear()
             self._fwd_cache.clear()
             return
         self._fold(old, state)
+
+    def link_full(self, v: str) -> bool:
+        """Whether our link to next hop v carries all it can (senders know; see `Sender.room`)."""
+        return False
 
     def views_fold(self) -> bool:
         """Whether the caches are minima over next hops' views (see `_fold`)."""

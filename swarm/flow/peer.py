@@ -120,8 +120,7 @@ class PeerAgent(Exchanger):
         """Per holder, the lowest label among next hops that published spare capacity (cached until
         a next hop's fullness or labels change: the hot path of every relabel)."""
         cache = self._fwd_cache
-        if self.link_limits:  # our own flow fills links too: no cache to keep in step
-            cache.clear()
+        self.sync_links()  # a link that filled or freed up changes the lowest label
         if not cache:
             top = self.max_label
             if self.last:
