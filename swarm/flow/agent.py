@@ -136,8 +136,7 @@ class Sender(Node):
         """What the link to v can still take: its capacity less what we send and offer over it."""
         if not self.link_limits:
             return INF
-        if self._links_at != self._flows_at:
-            self.sync_links()
+        self.sync_links()
         return self.edge_cap(self.id, v) - self._link_used.get(v, 0.0)
 
     def link_full(self, v: str) -> bool:

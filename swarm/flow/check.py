@@ -15,8 +15,8 @@ def violations(bus, in_transit: Callable[[str, str], bool] | None = None) -> lis
     """Everything wrong with the bus's current flow: [] when capacities and conservation hold.
 
     Checks both ends of every edge agree, every peer (and, when limited, every link) carries at most
-    its capacity, every peer's
-    in-flow equals its out-flow per holder, and no holder sends more than its demand.
+    its capacity, every peer's in-flow equals its out-flow per holder, and no holder sends more than
+    its demand.
     `in_transit(a, b)` may excuse a disagreement on edge a->b while a message settling it is on
     its way (watches between quiescent points).
     """

@@ -117,8 +117,9 @@ class PeerAgent(Exchanger):
         return self.src_label if self.is_holder(u) else self.view_label(u, h)
 
     def _forward_labels(self) -> dict[str, int]:
-        """Per holder, the lowest label among next hops that published spare capacity (cached until
-        a next hop's fullness or labels change: the hot path of every relabel)."""
+        """Per holder, the lowest label among next hops that published spare capacity over a link
+        with room (cached until a next hop's fullness or labels, or the set of full links, change:
+        the hot path of every relabel)."""
         cache = self._fwd_cache
         self.sync_links()  # a link that filled or freed up changes the lowest label
         if not cache:
