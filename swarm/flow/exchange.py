@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.agent import Sender
-from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Offer, Paths, Reply
+from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, Return
 from swarm.flow.node import EPS, costs_moved
 
 SWAP_TRIES = 2  # exchange attempts per next hop (an initiator's budget: len(next) x this)
@@ -288,6 +288,20 @@ class Exchanger(Sender):
         if p.initiator in self.prev:
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             self.send(p.initiator, Moved(h, moved, p.mate, self.state()))
+            self._return_link_overflow(p.initiator, h)
+
+    def _return_link_overflow(self, u: str, h: str) -> None:
+        """A late answer may bring more over u's link than it carries: the room we had reserved was
+        given back when we stopped waiting, and other flow may have taken it. Refusing the answer
+        would leave b and us disagreeing, so we take it and hand the overflow back to u, which pushes
+        it elsewhere or returns it (`Return` commutes with the `Moved` sent just before)."""
+        if not self.link_limits:
+            return
+        carried = sum(self.inflow[g].get(u, 0.0) for g in self.holders)
+        rate = min(carried - self.edge_cap(u, self.id), self.movable(h, u))
+        if rate > EPS:
+            self.inflow[h][u] -= rate
+            self.send(u, Return(h, rate, self.state()))
 
     def _finish(self, h: str, p: _Pending, moved: float) -> None:
         key = (h, p.partner)

@@ -152,14 +152,19 @@ class Instance:
 
     def edge_capacity(self, a: str, b: str) -> float:
         """Microbatches/s the edge a -> b can carry: each one sends its activations over a -> b and
-        its gradient back over b -> a, so the slower direction bounds it (inf without link limits)."""
+        its gradient back over b -> a, so the slower direction bounds it (inf without link limits).
+
+        With a single stage a microbatch crosses the same pair of links twice (holder -> peer, then
+        peer -> holder back to its own holder), so each of those two edges gets half of the pair.
+        """
         if not self.link_capacity:
             return INF
         key = (a, b) if a <= b else (b, a)
         cached = self._cap_cache.get(key)
         if cached is None:
             slower = min(self.link(a, b).bandwidth_bytes_s, self.link(b, a).bandwidth_bytes_s)
-            cached = self._cap_cache[key] = slower / self.activation_bytes
+            shared = 2.0 if self.stages == 1 else 1.0
+            cached = self._cap_cache[key] = slower / self.activation_bytes / shared
         return cached
 
     # ------------------------------------------------------------ modification

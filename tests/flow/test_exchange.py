@@ -5,6 +5,8 @@ answer is still applied on both sides."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from swarm.flow import cost
@@ -211,3 +213,73 @@ def test_edges_an_exchange_is_moving_are_known_while_it_runs() -> None:
         bus._step()
     assert named == {"a", "b", "c", "d"}
     assert uncrossed(p) and exchanging(bus) == set() and violations(bus) == []
+
+
+def test_a_late_answer_that_overfills_a_link_hands_the_overflow_back() -> None:
+    """With link limits, d reserves a's link while it waits for b. Once d gives up, other flow may
+    take that room; b's late answer is still applied (b already moved the flows), and d hands what
+    no longer fits over a -> d back to a, which routes it elsewhere."""
+    tight = Link(0.001, 1.5e6)  # a -> d carries 1.5 microbatches/s (1 MB of activations: 0.67 s)
+    far = Link(2.0, 1e9)
+    inst = explicit(
+        3,
+        [("a", 0, 2.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1), ("d", 1, 2.5, 0.1), ("e", 2, 3.0, 0.1)],
+        [("h", 3.0)],
+        overrides={("a", "d"): tight, ("c", "b"): NEAR, ("a", "b"): far, ("c", "d"): far},
+    )
+    inst = dataclasses.replace(inst, link_capacity=True)
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in "abcde"}
+
+    def rewrite(out: dict[str, dict[str, float]]) -> None:
+        for n in "abcde":
+            p[n].out["h"] = {}
+            p[n].inflow["h"] = {}
+        for u, nexts in out.items():
+            for v, r in nexts.items():
+                if u != "h":
+                    p[u].out["h"][v] = r
+                if v != "h":
+                    p[v].inflow["h"][u] = r
+        bus.agents["h"].out["h"] = dict(out["h"])
+        bus.agents["h"].sink_in = {u: nexts["h"] for u, nexts in out.items() if "h" in nexts}
+        for agent in bus.agents.values():
+            agent.flows_moved()
+            agent._worst_cache.clear()
+            agent._fwd_cache.clear()
+            agent._cheap_cache.clear()
+            agent.now = bus.now
+        for n in "abcde":
+            p[n].swap_budget = 4
+            p[n]._swap_tried.clear()
+        assert violations(bus) == []
+
+    # crossed, with room for 0.5 more on a -> d
+    rewrite({"h": {"a": 2.0, "c": 1.0}, "a": {"b": 1.0, "d": 1.0}, "c": {"d": 1.0}, "b": {"e": 1.0},
+             "d": {"e": 2.0}, "e": {"h": 3.0}})  # fmt: skip
+    held: list[Envelope] = []
+    transmit = bus.transmit
+
+    def hold_exchanges(env: Envelope) -> None:
+        if isinstance(env.body, Exchange):
+            held.append(env)
+        else:
+            transmit(env)
+
+    bus.transmit = hold_exchanges  # type: ignore[method-assign]
+    p["a"].swap_budget = 1
+    assert p["a"].try_swap()  # a -> b is far: a asks d to take 0.5 of it and hand c's to b
+    bus.run_until_quiescent()
+    assert held and not p["d"]._pending  # d gave up; the room on a -> d is free again
+    bus.transmit = transmit  # type: ignore[method-assign]
+    for n in "abcde":
+        p[n].improve = False  # nothing moves now but what the late answer brings
+    # meanwhile 0.5 more of a's flow went to d directly: a -> d is full
+    rewrite({"h": {"a": 2.0, "c": 1.0}, "a": {"b": 0.5, "d": 1.5}, "c": {"d": 1.0}, "b": {"e": 0.5},
+             "d": {"e": 2.5}, "e": {"h": 3.0}})  # fmt: skip
+    transmit(held[0])  # b answers late: it moves a's 0.5 to d and takes c's 0.5
+    bus.run_until_quiescent()
+    assert violations(bus) == []
+    assert p["d"].inflow["h"].get("a", 0.0) <= 1.5 + 1e-9
+    assert sum(a.served() for a in bus.agents.values() if hasattr(a, "served")) == pytest.approx(3.0)

@@ -45,6 +45,20 @@ def test_capacity_is_the_slower_direction_over_activation_bytes() -> None:
     assert math.isinf(dataclasses.replace(inst, link_capacity=False).edge_capacity("h", "a"))
 
 
+def test_a_single_stage_splits_the_pair_of_links_between_its_two_edges() -> None:
+    """h -> a -> h: every microbatch crosses h<->a twice, so 3 MB/s over 1 MB of activations carries
+    1.5 microbatches/s in all, not 3 (each edge on its own would allow 3)."""
+    inst = dataclasses.replace(
+        explicit(1, [("a", 0, 10.0, 0.1)], [("h", 10.0)], overrides={("h", "a"): Link(0.01, 3e6)}),
+        link_capacity=True,
+    )
+    assert inst.edge_capacity("h", "a") == inst.edge_capacity("a", "h") == pytest.approx(1.5)
+    assert max_flow_value(inst) == pytest.approx(1.5)
+    bus = _converge(inst)
+    assert violations(bus) == []
+    assert _flow(bus) == pytest.approx(1.5)
+
+
 def test_hand_checked_links_limit_the_flow() -> None:
     # h->a carries 1/s and h->b 1.5/s: 2.5 in all, although the peers could take 4
     inst = _limited({("h", "a"): Link(0.01, 1e6), ("h", "b"): Link(0.01, 1.5e6)})
