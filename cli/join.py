@@ -19,7 +19,11 @@ def register(app: typer.Typer) -> None:
         stage: str = typer.Option("auto", help="'auto' (the bottleneck stage) or a stage index."),
         role: str = typer.Option("stage", help="'stage' (serve blocks) or 'holder' (hold data)."),
         device: str = typer.Option("cpu", help="cpu or cuda."),
-        region: str = typer.Option("", help="Where this machine is (shown to others, used for routing)."),
+        region: str = typer.Option(
+            "",
+            help="Where this machine is: one of the geo matrix's regions. Shown to others; between two "
+            "peers that both name one, routing costs and link bounds follow the matrix.",
+        ),
         name: str = typer.Option("", help="A name shown on the dashboard."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
         threads: int = typer.Option(0, help="torch threads (0: torch's default)."),
@@ -35,6 +39,11 @@ def register(app: typer.Typer) -> None:
         """Join a run as a volunteer: measure, pick a stage, load it, serve until Ctrl-C."""
         if role not in ("stage", "holder"):
             fail(f"--role must be 'stage' or 'holder', got {role!r}")
+        from swarm.flow.instance import geo_matrix, known_region
+
+        if region and not known_region(region):
+            known = ", ".join(geo_matrix().regions)
+            fail(f"unknown region {region!r} (known: {known}; or leave it out)")
         if stage != "auto" and not stage.isdigit():
             fail(f"--stage must be 'auto' or a stage index, got {stage!r}")
         if rebalance_every is None:

@@ -112,7 +112,8 @@ class Presence:
             neighbours.update({r.peer_id: s for r in serving[s] if r.peer_id != me})
         compute = {r.peer_id: 1.0 / max(r.throughput, 1e-6) for recs in serving.values() for r in recs}
         mates = {r.peer_id for r in serving[stage] if r.peer_id != me} if stage >= 0 else set()
-        self.flow.update(holders, neighbours, compute, mates)
+        regions = {r.peer_id: r.region for recs in serving.values() for r in recs}
+        self.flow.update(holders, neighbours, compute, mates, regions)
 
     def refresh_soon(self) -> None:
         """A message came from a peer we do not know yet: look at the DHT again shortly."""

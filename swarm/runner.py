@@ -58,11 +58,12 @@ async def serve_stats(node: SwarmNode, worker, flow: LiveFlow) -> None:
     await node.rpc.add("stats", on_stats)
 
 
-async def start_flow(node: SwarmNode, manifest, part: int, capacity: float) -> LiveFlow:
+async def start_flow(node: SwarmNode, manifest, part: int, capacity: float, region: str = "") -> LiveFlow:
     """This peer's routing agent, answering the `flow` RPC (its neighbours come from the DHT)."""
     activation_bytes = 4.0 * manifest.microbatch_size * manifest.seq_len * manifest.hidden_size
     flow = LiveFlow(node, stage=part, stages=len(manifest.layout), capacity=capacity,
-                    compute_s=1.0 / max(capacity, 1e-6), activation_bytes=activation_bytes)  # fmt: skip
+                    compute_s=1.0 / max(capacity, 1e-6), activation_bytes=activation_bytes,
+                    region=region)  # fmt: skip
     await flow.register()
     return flow
 
@@ -149,7 +150,7 @@ async def serve_part(
             throughput = min(throughput, capacity)  # the volunteer lends at most this much
     origin = await download_state(node, worker, part, manifest.initiator)
     await worker.register()
-    flow = await start_flow(node, manifest, part, throughput)
+    flow = await start_flow(node, manifest, part, throughput, region)
     await serve_stats(node, worker, flow)
     presence = Presence(
         node,

@@ -139,6 +139,10 @@ class Sender(Node):
         self.sync_links()
         return self.edge_cap(self.id, v) - self._link_used.get(v, 0.0)
 
+    def forget_costs(self, node: str | None = None) -> None:
+        super().forget_costs(node)
+        self._links_at = -1  # link bounds may have changed: which links are full is summed again
+
     def link_full(self, v: str) -> bool:
         if not self.link_limits:
             return False

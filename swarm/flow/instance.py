@@ -87,6 +87,29 @@ def geo_matrix() -> GeoMatrix:
     return GeoMatrix(tuple(raw["regions"]), same, pairs)
 
 
+def known_region(region: str) -> bool:
+    """Whether `region` is one of the geo matrix's regions (swarm/data/geo_regions.json)."""
+    return region in geo_matrix().regions
+
+
+def link_cost(compute_a: float, compute_b: float, ab: Link, ba: Link, activation_bytes: float) -> float:
+    """GWTF's edge cost d(a,b) in seconds: compute, latency and transfer, averaged fwd/bwd (the
+    routing engine's instances and the live peers' measured neighbours both use this)."""
+    return (
+        (compute_a + compute_b) / 2.0
+        + (ab.latency_s + ba.latency_s) / 2.0
+        + 2.0 * activation_bytes / (ab.bandwidth_bytes_s + ba.bandwidth_bytes_s)
+    )
+
+
+def link_rate(ab: Link, ba: Link, activation_bytes: float, stages: int) -> float:
+    """Microbatches/s an edge over links ab (activations) and ba (gradients back) can carry: the
+    slower direction bounds it. With a single stage a microbatch crosses the same pair of links twice
+    (holder -> peer, then peer -> holder back to its own holder), so each edge gets half of it."""
+    shared = 2.0 if stages == 1 else 1.0
+    return min(ab.bandwidth_bytes_s, ba.bandwidth_bytes_s) / activation_bytes / shared
+
+
 @dataclass
 class Instance:
     """Everything the routing engine needs to know about a swarm at one moment.
@@ -141,30 +164,19 @@ class Instance:
         if cached is not None:
             return cached
         na, nb = self.node(a), self.node(b)
-        ab, ba = self.link(a, b), self.link(b, a)
-        cost = (
-            (na.compute_s + nb.compute_s) / 2.0
-            + (ab.latency_s + ba.latency_s) / 2.0
-            + 2.0 * self.activation_bytes / (ab.bandwidth_bytes_s + ba.bandwidth_bytes_s)
-        )
+        cost = link_cost(na.compute_s, nb.compute_s, self.link(a, b), self.link(b, a), self.activation_bytes)
         self._cost_cache[key] = cost
         return cost
 
     def edge_capacity(self, a: str, b: str) -> float:
-        """Microbatches/s the edge a -> b can carry: each one sends its activations over a -> b and
-        its gradient back over b -> a, so the slower direction bounds it (inf without link limits).
-
-        With a single stage a microbatch crosses the same pair of links twice (holder -> peer, then
-        peer -> holder back to its own holder), so each of those two edges gets half of the pair.
-        """
+        """Microbatches/s the edge a -> b can carry (`link_rate`; inf without link limits)."""
         if not self.link_capacity:
             return INF
         key = (a, b) if a <= b else (b, a)
         cached = self._cap_cache.get(key)
         if cached is None:
-            slower = min(self.link(a, b).bandwidth_bytes_s, self.link(b, a).bandwidth_bytes_s)
-            shared = 2.0 if self.stages == 1 else 1.0
-            cached = self._cap_cache[key] = slower / self.activation_bytes / shared
+            rate = link_rate(self.link(a, b), self.link(b, a), self.activation_bytes, self.stages)
+            cached = self._cap_cache[key] = rate
         return cached
 
     # ------------------------------------------------------------ modification

@@ -184,6 +184,7 @@ class Node:
             self._caps = {k: c for k, c in self._caps.items() if node not in k}
         self._cheap_cache.clear()
         self._worst_cache.clear()
+        self._fwd_cache.clear()  # a link bound may have changed which next hops count
 
     def stamp(self) -> int:
         """A fresh version for a state snapshot: the newest snapshot sent always wins."""

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import msgpack
 
 from swarm.flow.holder_agent import HolderAgent
-from swarm.flow.messages import Envelope, Exchange, ExchangeDone, NeighbourGone, NeighbourJoined
+from swarm.flow.instance import Link, geo_matrix, known_region, link_cost, link_rate
+from swarm.flow.messages import INF, Envelope, Exchange, ExchangeDone, NeighbourGone, NeighbourJoined
 from swarm.flow.node import Node as Agent
 from swarm.flow.peer import PeerAgent
 from swarm.node import SwarmNode
@@ -25,20 +26,29 @@ from swarm.routing.demand import next_demand
 from swarm.wire import WireError
 
 log = logging.getLogger(__name__)
-LOOPBACK_LATENCY_S = 0.0005
-LOOPBACK_BANDWIDTH = 1e9
+LOOPBACK = Link(0.0005, 1e9)  # a pair of peers of which one named no region: assume a fast link
 
 
 class LiveFlow:
-    """Hosts one routing agent (a stage peer's or a holder's) in a live process."""
+    """Hosts one routing agent (a stage peer's or a holder's) in a live process.
+
+    Edge costs are GWTF's d(a, b) from the compute times peers publish and, when both ends named
+    their region (`swarm join --region`), the geo matrix's latency and bandwidth between them. A
+    peer that named its region also bounds each such link at what it carries (link limits, as in
+    the simulator); pairs where a region is missing count as a fast local link without a bound.
+    """
 
     retry_s = 0.5
 
     def __init__(self, node: SwarmNode, *, stage: int, stages: int, capacity: float, compute_s: float,
-                 activation_bytes: float, on_change: Callable[[], None] = lambda: None):  # fmt: skip
+                 activation_bytes: float, region: str = "",
+                 on_change: Callable[[], None] = lambda: None):  # fmt: skip
         self.node, self.stage, self.stages = node, stage, stages
         self.capacity, self.compute_s = capacity, compute_s
         self.activation_bytes = activation_bytes
+        self.region = region if known_region(region) else ""
+        self.regions: dict[str, str] = {node.peer_id: self.region}
+        self.link_capacity = bool(self.region)  # read by the agent when it is made
         self.on_change = on_change
         self.on_unknown: Callable[[], None] = lambda: None
         self.compute: dict[str, float] = {node.peer_id: compute_s}
@@ -87,10 +97,24 @@ class LiveFlow:
             self.agent.on_timer(token, self.now())
             self.on_change()
 
+    def _links(self, a: str, b: str) -> tuple[Link, Link] | None:
+        """The geo links a -> b and b -> a, or None when either end named no known region."""
+        ra, rb = self.regions.get(a, ""), self.regions.get(b, "")
+        if not (ra and rb):
+            return None
+        geo = geo_matrix()
+        return geo.link(ra, rb), geo.link(rb, ra)
+
     def cost(self, a: str, b: str) -> float:
-        """GWTF's d(a, b) with measured compute times and a loopback link."""
+        """GWTF's d(a, b): published compute times, and the geo links between the two regions."""
         ca, cb = self.compute.get(a, self.compute_s), self.compute.get(b, self.compute_s)
-        return (ca + cb) / 2 + LOOPBACK_LATENCY_S + self.activation_bytes / LOOPBACK_BANDWIDTH
+        ab, ba = self._links(a, b) or (LOOPBACK, LOOPBACK)
+        return link_cost(ca, cb, ab, ba, self.activation_bytes)
+
+    def edge_capacity(self, a: str, b: str) -> float:
+        """Microbatches/s the link pair between a and b carries (inf when a region is unknown)."""
+        links = self._links(a, b)
+        return link_rate(*links, self.activation_bytes, self.stages) if links else INF
 
     # --------------------------------------------------------------- wiring
     async def register(self) -> None:
@@ -120,11 +144,20 @@ class LiveFlow:
         return {"ok": True}, b""
 
     def update(self, holders: list[str], neighbours: dict[str, int], compute: dict[str, float],
-               mates: set[str] | None = None) -> None:  # fmt: skip
+               mates: set[str] | None = None, regions: dict[str, str] | None = None) -> None:  # fmt: skip
         """The DHT's view changed: new holder set (restart), or neighbours joined or left."""
         if self.closed:
             return
         self.compute.update(compute)
+        moved = []
+        for peer, region in (regions or {}).items():
+            region = region if known_region(region) else ""  # not in the matrix: unknown
+            if peer != self.node.peer_id and self.regions.get(peer) != region:
+                self.regions[peer] = region
+                moved.append(peer)
+        if self.agent is not None:
+            for peer in moved:  # its edge costs and link bounds changed
+                self.agent.forget_costs(peer)
         self.mates = set(mates or ())
         holders_t = tuple(sorted(holders))
         if holders_t != self.holders or self.agent is None:

@@ -245,11 +245,12 @@ def test_wrong_protocol_version_is_refused(live, tmp_path) -> None:
 
 
 def test_peer_joining_mid_run_equals_its_replicas(live, tmp_path) -> None:
-    """A volunteer that joins at iteration k copies a replica's state and then steps with it."""
+    """A volunteer that joins at iteration k copies a replica's state and then steps with it. It
+    names its region, so its routing agent bounds links (the others name none: fast links)."""
     log = open(tmp_path / "joiner.log", "w")
     joiner = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "join", "--initial-peers", live["maddr"], "--run", RUN,
-         "--stage", "1", "--threads", "1", "--name", "late"],
+         "--stage", "1", "--threads", "1", "--name", "late", "--region", "Iowa"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     joined_at = len(rows(live))
