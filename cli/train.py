@@ -85,6 +85,9 @@ def register(app: typer.Typer) -> None:
         run: str = typer.Option("swarm", "--run", help="Run id (the DHT key prefix)."),
         initial_peers: list[str] = typer.Option([], "--initial-peers", help="Join an existing DHT."),
         host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0 for a public peer)."),
+        region: str = typer.Option(
+            "", help="Where this initiator (a data holder) is: one of the geo matrix's regions (see join)."
+        ),
         local_swarm: int = typer.Option(
             0, help="Start N stage volunteers on loopback beside this initiator."
         ),
@@ -112,6 +115,10 @@ def register(app: typer.Typer) -> None:
 
             if not torch.cuda.is_available():
                 fail("--device cuda asked for, but torch sees no CUDA device")
+        from swarm.flow.instance import geo_matrix, known_region
+
+        if region and not known_region(region):
+            fail(f"unknown region {region!r} (known: {', '.join(geo_matrix().regions)}; or leave it out)")
         if local_swarm < 0 or holders < 1:
             fail("--local-swarm must be >= 0 and --holders >= 1")
         if checkpoint_every < 0 or (checkpoint_every and not save):
@@ -123,7 +130,7 @@ def register(app: typer.Typer) -> None:
             from cli.swarm_train import train_swarm
 
             train_swarm(cfg, initial_peers=list(initial_peers), host=host, local_swarm=local_swarm,
-                        holders=holders, log_dir=log_dir, threads=threads, verbose=verbose,
+                        holders=holders, log_dir=log_dir, threads=threads, verbose=verbose, region=region,
                         save=save, metrics_out=metrics_out, resume=resume,
                         checkpoint_every=checkpoint_every)  # fmt: skip
             return

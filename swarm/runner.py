@@ -272,7 +272,7 @@ async def leave_part(
 async def run_initiator(
     cfg: TrainConfig, node: SwarmNode, *, on_iteration: Callable[[SwarmIteration], None],
     status: Callable[[str], None], save: str | None, metrics_out: str | None,
-    resume: str | None = None, checkpoint_every: int = 0, min_holders: int = 1,
+    resume: str | None = None, checkpoint_every: int = 0, min_holders: int = 1, region: str = "",
 ) -> list[SwarmIteration]:  # fmt: skip
     """`swarm train`: publish the manifest, hold data, coordinate iterations, save checkpoints."""
     manifest = build_manifest(cfg, node)
@@ -284,11 +284,11 @@ async def run_initiator(
     await serve_checkpoint_state(node, manifest, latest)
     await node.blocking(node.registry.publish_manifest, manifest, MANIFEST_TTL_S)
     await holder.register()
-    flow = await start_flow(node, manifest, HOLDER_PART, HOLDER_DEMAND)
+    flow = await start_flow(node, manifest, HOLDER_PART, HOLDER_DEMAND, region)
     await serve_stats(node, holder, flow)
     presence = Presence(
         node, make_record(node, role="holder", stage=HOLDER_PART, blocks=(0, 0), throughput=HOLDER_DEMAND,
-                          free_memory=free_memory(cfg.device), region="", name="initiator"),
+                          free_memory=free_memory(cfg.device), region=region, name="initiator"),
         holder.hops, len(manifest.layout), iteration_of=lambda: holder.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()

@@ -40,6 +40,7 @@ def test_adamw8bit_runs(swarm_cli, tmp_path) -> None:
         (["--batch-size", "10", "--microbatch-size", "4"], "microbatch size 4 does not divide batch size 10"),
         (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
         (["--seq-len", "100000"], "--seq-len must be between 2"),
+        (["--region", "Mars"], "unknown region 'Mars' (known: Australia"),
     ],
 )
 def test_bad_input_is_one_clear_line(swarm_cli, args, message) -> None:
