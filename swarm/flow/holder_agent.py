@@ -2,13 +2,23 @@
 
 As a source it pushes its demand into stage 0 with the fixed label `stages + 1` (push-relabel's
 source height: a stage-0 peer that can still reach a sink has a lower label). As a sink it takes
-back everything of its own commodity that the last stage sends it.
+back everything of its own commodity that the last stage sends it. It also watches what comes home:
+flow it sent that stays stuck in the swarm starts a relabel epoch (push-relabel's global relabel,
+done as a wave of news; see `Node.observe`).
 """
 
 from __future__ import annotations
 
 from swarm.flow.agent import EPS, Env, Sender
 from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
+from swarm.flow.node import Node
+
+# A relabel epoch (see `HolderAgent.timer`) starts when, for STALL_WAIT retry periods, nothing more
+# came home and more than STUCK_SHARE of what we send is stuck in the swarm. An epoch costs a wave of
+# news over every edge: worth it for a drain, not for the last few microbatches of a big swarm.
+STALL_WAIT = 2.0
+STUCK_SHARE = 0.1
+STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
 
 
 class HolderAgent(Sender):
@@ -29,6 +39,9 @@ class HolderAgent(Sender):
         self.demand = demand
         self.sink_in: dict[str, float] = {}
         self.preempts = -1  # bids for full stage-0 peers (with limited links); set at first use
+        self._stall_armed = False
+        self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
+        self._epochs_left = STALL_EPOCHS
 
     def supply(self, h: str) -> float:
         return self.demand
@@ -37,7 +50,55 @@ class HolderAgent(Sender):
         return self.src_label
 
     def state(self) -> State:
-        return State(self.id, self.stamp(), 0.0, {self.id: self.src_label}, {}, {})
+        return State(self.id, self.stamp(), 0.0, {self.id: self.src_label}, {}, {}, dict(self.epoch))
+
+    def home(self) -> float:
+        """Microbatches/s of ours the last stage brings back to our sink."""
+        return sum(self.sink_in.values())
+
+    def _watch_stall(self) -> None:
+        """While flow we sent does not all come home, check every STALL_WAIT retry periods whether
+        anything moved meanwhile; if not, the excess is stuck in the swarm (see `timer`). After
+        STALL_EPOCHS epochs in a row the check waits until something moves, so a swarm that cannot
+        do better goes quiet."""
+        served, home = self.served(), self.home()
+        if served - home <= EPS:
+            self._epochs_left = STALL_EPOCHS
+            return
+        if self._moved():
+            self._epochs_left = STALL_EPOCHS
+        if self._stall_armed or self._epochs_left <= 0:
+            return
+        self._stall_armed = True
+        self._stall_mark = (served, home)
+        self.env.set_timer(self.id, STALL_WAIT * self.env.retry_s, "stall")
+
+    def _moved(self) -> bool:
+        served, home = self._stall_mark
+        return abs(self.served() - served) > EPS or abs(self.home() - home) > EPS
+
+    def timer(self, token: str) -> None:
+        """Stall check: flow stuck and nothing more home for a while means excess sits in the swarm
+        with labels counting up through residual cycles (also while it drains back, one label step
+        per exchange of news). A new relabel epoch replaces that count with a fresh descent
+        (`Node.observe`)."""
+        if token != "stall":
+            return
+        self._stall_armed = False
+        stuck = self.served() - self.home() > STUCK_SHARE * self.served() + EPS
+        if stuck and self.home() <= self._stall_mark[1] + EPS and self._epochs_left > 0:
+            self._epochs_left -= 1
+            self.start_epoch()
+
+    def start_epoch(self) -> None:
+        """Begin a new relabel epoch for our commodity and tell our neighbours (reliably)."""
+        h = self.id
+        self.epoch[h] = self.epoch.get(h, 0) + 1
+        self.views = {v: self._as_used(raw) for v, raw in self._raw.items()}
+        self._cheap_cache.clear()
+        self._fwd_cache.clear()
+        self._worst_cache.clear()
+        Node.announce(self)
 
     def handle(self, src: str, body: Body) -> None:
         if self.dispatch_sender(src, body):
@@ -85,6 +146,7 @@ class HolderAgent(Sender):
             self.cancel_deficit(h)
         if not self.offers and not self.cancels:
             self.try_improve()
+        self._watch_stall()
         self.announce()
 
     def _preempt(self, left: float) -> None:

@@ -26,6 +26,8 @@ class State:
         (the price of one more microbatch sent here).
     worst: cost of the most expensive route to the holder's sink over edges carrying flow (what
         the current flow through this node pays at most: GWTF's objective, seen from here).
+    epochs: per holder, the relabel epoch the labels belong to (absent: 0). A holder whose flow is
+        stuck starts a new epoch; labels of an older epoch count as unknown (see `Node.observe`).
     """
 
     node: str
@@ -34,6 +36,7 @@ class State:
     labels: Mapping[str, int] = field(default_factory=dict)
     cheapest: Mapping[str, float] = field(default_factory=dict)
     worst: Mapping[str, float] = field(default_factory=dict)
+    epochs: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

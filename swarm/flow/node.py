@@ -7,8 +7,9 @@ swarm) moves envelopes and fires timers; a node never reads a clock, only the `n
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from swarm.flow.messages import (
@@ -42,10 +43,11 @@ class Env(Protocol):
 
 
 def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
-    """What a neighbour knows from a state: has spare and labels (and which holders it can route:
-    news it must get), then route costs (best effort)."""
+    """What a neighbour knows from a state: has spare and labels (and which holders it can route,
+    and the relabel epochs: news it must get), then route costs (best effort)."""
     reach = tuple(h for h, c in sorted(state.cheapest.items()) if math.isfinite(c))
-    return (state.spare > EPS, (tuple(sorted(state.labels.items())), reach), dict(state.cheapest))
+    epochs = tuple(sorted(state.epochs.items()))
+    return (state.spare > EPS, (tuple(sorted(state.labels.items())), reach, epochs), dict(state.cheapest))
 
 
 NONE, COSTS, BAD, GOOD = 0, 1, 2, 3
@@ -55,8 +57,10 @@ def _news(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -
     """What a neighbour that last heard `told` would learn from `now` (see `Node._publish`)."""
     if told is None:
         return GOOD
-    old_labels, old_reach = told[1]
-    new_labels, new_reach = now[1]
+    old_labels, old_reach, old_epochs = told[1]
+    new_labels, new_reach, new_epochs = now[1]
+    if old_epochs != new_epochs:
+        return GOOD  # a new relabel epoch reaches every node through such news (see `observe`)
     if upstream and now[0] and not told[0]:
         return GOOD
     if old_labels != new_labels:
@@ -105,7 +109,9 @@ class Node:
         self.max_label = 2 * stages + 3  # "cannot reach any sink"
         self.prev: set[str] = set()
         self.next: set[str] = set()
-        self.views: dict[str, State] = {}
+        self.views: dict[str, State] = {}  # as used: labels of another relabel epoch read as max_label
+        self._raw: dict[str, State] = {}  # as published
+        self.epoch: dict[str, int] = {}  # per holder: the relabel epoch our labels belong to
         self.paths: dict[str, Paths] = {}  # neighbour -> its last path-cost news (exchanges)
         self.depth = 0
         self.now = 0.0
@@ -238,6 +244,7 @@ class Node:
             self.prev.discard(event.node)
             self.next.discard(event.node)
             self.views.pop(event.node, None)
+            self._raw.pop(event.node, None)
             self._told.pop(event.node, None)
             self._cheap_cache.clear()
             self._fwd_cache.clear()
@@ -295,9 +302,26 @@ class Node:
         return st.spare if st else 0.0
 
     def observe(self, state: State) -> None:
+        """Take a neighbour's published state as our view of it.
+
+        Relabel epochs: labels climb one step per exchange of news, so when a holder's flow is
+        stuck (capacity left the swarm, excess must drain back) they would count up slowly through
+        every cycle of the residual graph. The holder then starts a new epoch instead; a node that
+        sees a newer epoch adopts it and reads every label of an older epoch as "unknown"
+        (max_label), so its own label falls straight to the residual distance as neighbours'
+        new-epoch labels arrive (labels only fall within an epoch: no counting up).
+        """
         old = self.views.get(state.node)
         if old is not None and state.version < old.version:
             return
+        self._raw[state.node] = state
+        if self._adopt(state.epochs):
+            self.views = {v: self._as_used(raw) for v, raw in self._raw.items()}
+            self._cheap_cache.clear()
+            self._fwd_cache.clear()
+            self._worst_cache.clear()
+            return
+        state = self._as_used(state)
         self.views[state.node] = state
         if state.node not in self.next:
             return  # only next hops' views feed the cached labels and route costs
@@ -309,6 +333,31 @@ class Node:
             self._fwd_cache.clear()
             return
         self._fold(old, state)
+
+    def _adopt(self, epochs: Mapping[str, int]) -> bool:
+        """Move to newer relabel epochs of our holders; whether any moved."""
+        moved = False
+        for h, e in epochs.items():
+            if e > self.epoch.get(h, 0) and h in self.holders:
+                self.epoch[h] = e
+                moved = True
+        return moved
+
+    def _as_used(self, state: State) -> State:
+        """The state with labels of another epoch than ours read as unknown (max_label)."""
+        if not state.epochs and not self.epoch:
+            return state
+        stale = [h for h in self.holders if state.epochs.get(h, 0) != self.epoch.get(h, 0)]
+        if not stale:
+            return state
+        labels = dict(state.labels)
+        for h in stale:
+            labels[h] = self.max_label
+        return dataclasses.replace(state, labels=labels)
+
+    def same_epoch(self, state: State | None, h: str) -> bool:
+        """Whether a message's state speaks of holder h's current epoch (labels comparable)."""
+        return state is None or state.epochs.get(h, 0) == self.epoch.get(h, 0)
 
     def link_full(self, v: str) -> bool:
         """Whether our link to next hop v carries all it can (senders know; see `Sender.room`)."""

@@ -163,7 +163,8 @@ class PeerAgent(Exchanger):
     def state(self) -> State:
         cheapest = {h: self.cheapest(h) for h in self.holders}
         worst = {h: w for h in self.holders if (w := self.worst(h)) is not None}
-        return State(self.id, self.stamp(), self.spare(), dict(self._labels), cheapest, worst)
+        epochs = dict(self.epoch)
+        return State(self.id, self.stamp(), self.spare(), dict(self._labels), cheapest, worst, epochs)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
@@ -194,11 +195,13 @@ class PeerAgent(Exchanger):
         if msg.state is not None:
             self.observe(msg.state)
         accepted = 0.0
+        # a sender still in an older relabel epoch gets our state (and the epoch) and offers again
+        current = self.same_epoch(msg.state, h)
         if msg.swap_from is not None:  # an exchange only: no new flow, so labels do not matter
-            if not (src in self.prev and h in self.inflow and self.start_exchange(src, msg)):
+            if not (current and src in self.prev and h in self.inflow and self.start_exchange(src, msg)):
                 self.send(src, Reply(msg.offer_id, h, 0.0, self.state()))
             return  # on a trade b answers first, and the reply goes out with its outcome
-        elif src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
+        elif current and src in self.prev and h in self.inflow and self.compute_label(h) < msg.label:
             room = max(0.0, self.in_room(src))
             accepted = min(msg.rate, self.spare(), room)
             if msg.preempt and msg.bid is not None and accepted < min(msg.rate, room) - EPS:

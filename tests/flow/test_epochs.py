@@ -1,0 +1,86 @@
+"""Relabel epochs: a holder whose flow is stuck in the swarm starts a fresh descent of the labels
+instead of letting them count up one step per exchange of news (push-relabel's global relabel,
+done as a wave of news)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import swarm.flow.holder_agent as holder_agent
+from swarm.flow import cost
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.churn import churn
+from swarm.flow.generate import random_instance
+from swarm.flow.messages import Envelope, Offer, Reply, State
+from swarm.flow.peer import PeerAgent
+from swarm.flow.reference import max_flow_value
+from swarm.routing.codec import from_wire, to_wire
+from swarm.wire import WireError
+
+
+def churned(seed: int) -> tuple[MessageBus, int, int]:
+    """8 stages x 24 peers; after 20% churn the holder sends more than the swarm can now carry, so
+    the excess must drain back. Returns the bus, the rounds to quiescence and the holder's epoch."""
+    inst = random_instance(24, 8, 1, seed)
+    bus = MessageBus(inst, seed=seed)
+    assert bus.run_until_quiescent().quiescent
+    churn(bus, 0.2, seed)
+    after = bus.run_until_quiescent()
+    assert after.quiescent
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+    holder = next(a for a in bus.agents.values() if a.stage == -1)
+    return bus, after.rounds, holder.epoch.get(holder.id, 0)
+
+
+@pytest.mark.parametrize("seed", [6, 10])
+def test_a_stuck_drain_starts_an_epoch_and_converges_sooner(seed: int, monkeypatch) -> None:
+    _, rounds, epochs = churned(seed)
+    assert epochs >= 1
+    monkeypatch.setattr(holder_agent, "STUCK_SHARE", 1.0)  # the same run, labels counting up
+    _, counting, never = churned(seed)
+    assert never == 0
+    assert rounds < 0.7 * counting, (rounds, counting)
+
+
+def test_labels_of_another_epoch_read_as_unknown(diamond) -> None:
+    bus = MessageBus(diamond, seed=0)
+    bus.run_until_quiescent()
+    a: PeerAgent = bus.agents["a"]  # type: ignore[assignment]
+    c = a.views["c"]
+    assert a.view_label("c", "h") < a.max_label
+    a.observe(State("h", 10**6, 0.0, {"h": a.src_label}, {}, {}, {"h": 1}))  # the holder's new epoch
+    assert a.epoch == {"h": 1}
+    assert a.view_label("c", "h") == a.max_label  # c still speaks of epoch 0
+    a.observe(dataclasses.replace(c, version=c.version + 1, epochs={"h": 1}))
+    assert a.view_label("c", "h") == c.labels["h"]  # c's label in the current epoch counts again
+    a.observe(dataclasses.replace(c, version=c.version + 2, epochs={"h": 0}))
+    assert a.epoch == {"h": 1}  # epochs never go back
+
+
+def test_an_offer_from_an_older_epoch_is_refused_with_the_current_state(diamond) -> None:
+    bus = MessageBus(diamond, seed=0)
+    bus.run_until_quiescent()
+    c: PeerAgent = bus.agents["c"]  # type: ignore[assignment]
+    c.observe(State("x", 1, 0.0, {}, {}, {}, {"h": 2}))  # news of epoch 2 reached c
+    sent: list[Envelope] = []
+    bus.transmit = sent.append  # type: ignore[method-assign]
+    before = c.carried()
+    old = bus.agents["a"].state()  # epoch 0
+    c.receive(Envelope("a", "c", 999, 1, Offer("h", 0.5, 77, a_label := 99, state=old)), bus.now)
+    reply = next(e.body for e in sent if isinstance(e.body, Reply) and e.body.offer_id == 77)
+    assert a_label == 99 and reply.accepted == 0.0 and reply.state.epochs == {"h": 2}
+    assert c.carried() == before
+
+
+def test_epochs_cross_the_codec() -> None:
+    state = State("a", 1, 0.5, {"h": 2}, {"h": 1.0}, {}, {"h": 3})
+    env = Envelope("a", "b", 3, 2, Reply(5, "h", 0.0, state))
+    assert from_wire(to_wire(env)) == env
+    raw = to_wire(env)
+    raw["body"]["state"]["epochs"] = {"h": "three"}
+    with pytest.raises(WireError):
+        from_wire(raw)
