@@ -84,3 +84,18 @@ def test_epochs_cross_the_codec() -> None:
     raw["body"]["state"]["epochs"] = {"h": "three"}
     with pytest.raises(WireError):
         from_wire(raw)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_holders_sharing_limited_links_start_no_epoch(shared: bool, monkeypatch) -> None:
+    """Several holders over limited links: re-routing one's flow could displace the others'. (The
+    same run with epochs allowed there does start some: the rule is what keeps them off.)"""
+    monkeypatch.setattr(holder_agent, "EPOCHS_WITH_SHARED_LINKS", shared)
+    inst = dataclasses.replace(random_instance(24, 4, 3, seed=1), link_capacity=True)
+    bus = MessageBus(inst, seed=1)
+    assert bus.run_until_quiescent().quiescent
+    churn(bus, 0.3, 1)
+    assert bus.run_until_quiescent().quiescent
+    assert violations(bus) == []
+    started = sum(a.epoch.get(a.id, 0) for a in bus.agents.values() if a.stage == -1)
+    assert (started > 0) == shared
