@@ -68,6 +68,8 @@ class HolderAgent(Sender):
         do better goes quiet."""
         if self.link_limits and len(self.all_holders) > 1 and not EPOCHS_WITH_SHARED_LINKS:
             return
+        if not getattr(self.env, "relabel_epochs", True):
+            return  # the environment keeps them off (the live swarm, see swarm/routing/live.py)
         served, home = self.served(), self.home()
         if served - home <= EPS:
             self._epochs_left = STALL_EPOCHS

@@ -39,6 +39,11 @@ class LiveFlow:
     """
 
     retry_s = 0.5
+    # Holders start no relabel epochs live (swarm/flow/holder_agent.py). Their stall check reads flow
+    # that cannot come home yet as stuck while peers are still joining, and with epochs on,
+    # tests/live/test_churn.py's stage of three 1-microbatch/s replicas was not routed to one of them
+    # in iteration 1. The bus and the simulator use them.
+    relabel_epochs = False
 
     def __init__(self, node: SwarmNode, *, stage: int, stages: int, capacity: float, compute_s: float,
                  activation_bytes: float, region: str = "",

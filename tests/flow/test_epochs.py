@@ -99,3 +99,17 @@ def test_holders_sharing_limited_links_start_no_epoch(shared: bool, monkeypatch)
     assert violations(bus) == []
     started = sum(a.epoch.get(a.id, 0) for a in bus.agents.values() if a.stage == -1)
     assert (started > 0) == shared
+
+
+def test_an_environment_can_keep_epochs_off() -> None:
+    """The live swarm does (swarm/routing/live.py: `relabel_epochs = False`); the bus does not."""
+    from swarm.routing.live import LiveFlow
+
+    assert LiveFlow.relabel_epochs is False
+    inst = random_instance(24, 8, 1, 6)
+    bus = MessageBus(inst, seed=6)
+    bus.relabel_epochs = False  # type: ignore[attr-defined]
+    bus.run_until_quiescent()
+    churn(bus, 0.2, 6)
+    assert bus.run_until_quiescent().quiescent
+    assert all(not a.epoch for a in bus.agents.values())
