@@ -38,3 +38,11 @@ def user_errors(*types: type[BaseException]) -> Callable[[F], F]:
         return inner  # type: ignore[return-value]
 
     return wrap
+
+
+def check_region(region: str) -> None:
+    """`--region`: empty, or one of the geo matrix's regions (else one clear line and exit 2)."""
+    from swarm.flow.instance import geo_matrix, known_region
+
+    if region and not known_region(region):
+        fail(f"unknown region {region!r} (known: {', '.join(geo_matrix().regions)}; or leave it out)")

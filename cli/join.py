@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cli.errors import fail, user_errors
+from cli.errors import check_region, fail, user_errors
 from cli.live import run_async, setup_logging
 
 
@@ -39,11 +39,7 @@ def register(app: typer.Typer) -> None:
         """Join a run as a volunteer: measure, pick a stage, load it, serve until Ctrl-C."""
         if role not in ("stage", "holder"):
             fail(f"--role must be 'stage' or 'holder', got {role!r}")
-        from swarm.flow.instance import geo_matrix, known_region
-
-        if region and not known_region(region):
-            known = ", ".join(geo_matrix().regions)
-            fail(f"unknown region {region!r} (known: {known}; or leave it out)")
+        check_region(region)
         if stage != "auto" and not stage.isdigit():
             fail(f"--stage must be 'auto' or a stage index, got {stage!r}")
         if rebalance_every is None:

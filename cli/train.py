@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from cli.errors import fail, user_errors
+from cli.errors import check_region, fail, user_errors
 from models.data import EMBEDDED, DataError
 from models.partition import PartitionError
 from models.presets import ModelConfigError
@@ -115,10 +115,7 @@ def register(app: typer.Typer) -> None:
 
             if not torch.cuda.is_available():
                 fail("--device cuda asked for, but torch sees no CUDA device")
-        from swarm.flow.instance import geo_matrix, known_region
-
-        if region and not known_region(region):
-            fail(f"unknown region {region!r} (known: {', '.join(geo_matrix().regions)}; or leave it out)")
+        check_region(region)
         if local_swarm < 0 or holders < 1:
             fail("--local-swarm must be >= 0 and --holders >= 1")
         if checkpoint_every < 0 or (checkpoint_every and not save):

@@ -103,10 +103,7 @@ class HolderAgent(Sender):
         """Begin a new relabel epoch for our commodity and tell our neighbours (reliably)."""
         h = self.id
         self.epoch[h] = self.epoch.get(h, 0) + 1
-        self.views = {v: self._as_used(raw) for v, raw in self._raw.items()}
-        self._cheap_cache.clear()
-        self._fwd_cache.clear()
-        self._worst_cache.clear()
+        self.reread_views()
         Node.announce(self)
 
     def handle(self, src: str, body: Body) -> None:

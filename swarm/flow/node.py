@@ -316,10 +316,7 @@ class Node:
             return
         self._raw[state.node] = state
         if self._adopt(state.epochs):
-            self.views = {v: self._as_used(raw) for v, raw in self._raw.items()}
-            self._cheap_cache.clear()
-            self._fwd_cache.clear()
-            self._worst_cache.clear()
+            self.reread_views()
             return
         state = self._as_used(state)
         self.views[state.node] = state
@@ -342,6 +339,13 @@ class Node:
                 self.epoch[h] = e
                 moved = True
         return moved
+
+    def reread_views(self) -> None:
+        """Our epochs moved: every view is read again from what was published, caches dropped."""
+        self.views = {v: self._as_used(raw) for v, raw in self._raw.items()}
+        self._cheap_cache.clear()
+        self._fwd_cache.clear()
+        self._worst_cache.clear()
 
     def _as_used(self, state: State) -> State:
         """The state with labels of another epoch than ours read as unknown (max_label)."""
