@@ -112,6 +112,7 @@ class Node:
         self.views: dict[str, State] = {}  # as used: labels of another relabel epoch read as max_label
         self._raw: dict[str, State] = {}  # as published
         self.epoch: dict[str, int] = {}  # per holder: the relabel epoch our labels belong to
+        self._epochs_told: dict[str, tuple] = {}  # neighbour -> our epochs we sent it (see observe)
         self.paths: dict[str, Paths] = {}  # neighbour -> its last path-cost news (exchanges)
         self.depth = 0
         self.now = 0.0
@@ -240,6 +241,7 @@ class Node:
     def notify(self, event: NeighbourGone | NeighbourJoined, now: float) -> None:
         """Failure detector / discovery events from the environment."""
         self.now = now
+        self._epochs_told.pop(event.node, None)  # a node that rejoins starts without our epochs
         if isinstance(event, NeighbourGone):
             self.prev.discard(event.node)
             self.next.discard(event.node)
@@ -315,6 +317,8 @@ class Node:
         if old is not None and state.version < old.version:
             return
         self._raw[state.node] = state
+        if any(e > state.epochs.get(h, 0) for h, e in self.epoch.items()):
+            self._tell_epochs(state.node)
         if self._adopt(state.epochs):
             self.reread_views()
             return
@@ -339,6 +343,16 @@ class Node:
                 self.epoch[h] = e
                 moved = True
         return moved
+
+    def _tell_epochs(self, node: str) -> None:
+        """`node` speaks of an older relabel epoch: send it our state, once per epoch. A newcomer
+        hears no state from upstream peers that send it nothing (they only tell their own upstream
+        and next hops holding their flow), and its labels of the old epoch would read as unknown
+        to everyone for good: a last-stage joiner would never be given flow."""
+        mine = tuple(sorted(self.epoch.items()))
+        if self._epochs_told.get(node) != mine:
+            self._epochs_told[node] = mine
+            self.send(node, Announce(self.state()))
 
     def reread_views(self) -> None:
         """Our epochs moved: every view is read again from what was published, caches dropped."""
