@@ -184,10 +184,19 @@ def alive(pid: int) -> bool:
         return False
 
 
+def in_session(session: int) -> set[int]:
+    out = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True)
+    return {int(x) for x in out.stdout.split()}
+
+
 def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
-    """SIGTERM the process group, then SIGKILL what is left; returns pids still alive (should be none)."""
-    tree = descendants(proc.pid) | {proc.pid}
+    """SIGTERM the process tree and session, then SIGKILL what is left; returns pids still alive
+    (should be none). The tree is looked up again before each signal: a daemon started while the
+    process shut down, or one whose parent died first (reparented, so no longer a descendant), is
+    still in the session the process was started in."""
+    tree: set[int] = set()
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        tree |= descendants(proc.pid) | in_session(proc.pid) | {proc.pid}
         for pid in tree:
             try:
                 os.kill(pid, sig)
