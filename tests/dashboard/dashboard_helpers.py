@@ -184,8 +184,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-def in_session(session: int) -> set[int]:
-    out = subprocess.run(["pgrep", "-s", str(session)], capture_output=True, text=True)
+def in_session(session: int, name: str | None = None) -> set[int]:
+    """Pids in a session (only those named `name`, if given)."""
+    exact = ["-x", name] if name else []
+    out = subprocess.run(["pgrep", "-s", str(session), *exact], capture_output=True, text=True)
     return {int(x) for x in out.stdout.split()}
 
 
@@ -213,8 +215,7 @@ def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
 
 
 def p2pd_in(session: int) -> list[int]:
-    out = subprocess.run(["pgrep", "-s", str(session), "-x", "p2pd"], capture_output=True, text=True)
-    return [int(x) for x in out.stdout.split()]
+    return sorted(in_session(session, "p2pd"))
 
 
 class Procs:
