@@ -237,7 +237,8 @@ class Sender(Node):
 
     def _push_options(self, h: str, mine: int) -> list[tuple[float, str, float]]:
         """(route cost, next hop, spare) of every admissible next hop: spare and a lower label, read
-        straight from the views (this scan runs on every push)."""
+        straight from the views (this scan runs on every push). Without link limits also a route to
+        the sink (see `dead_end`)."""
         options = []
         top, views, link, offered = self.max_label, self.views, self.link, self._offered
         for v in self.next:
@@ -245,7 +246,7 @@ class Sender(Node):
             if st is None:
                 continue
             spare = min(st.spare - offered.get((h, v), 0.0), self.room(v))
-            if spare > EPS and st.labels.get(h, top) < mine:
+            if spare > EPS and st.labels.get(h, top) < mine and not self.dead_end(st, h):
                 options.append((link(v) + st.cheapest.get(h, INF), v, spare))
         return options
 
@@ -290,7 +291,8 @@ class Sender(Node):
                 for w in self.targets(h):
                     if w == v or self.target_label(h, w) >= mine or self.room(w) <= EPS:
                         continue
-                    delta = self.target_cheapest(h, w) - cur
+                    # moved flow follows every route w already uses, not only its cheapest
+                    delta = max(self.target_cheapest(h, w), self.target_worst(h, w)) - cur
                     if best is None or delta < best[0]:
                         best = (delta, h, v, w)
         if best is None:

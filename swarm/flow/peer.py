@@ -133,6 +133,8 @@ class PeerAgent(Exchanger):
                     if st is None or st.spare <= EPS or self.room(v) <= EPS:
                         continue
                     for h in self.holders:
+                        if self.dead_end(st, h):  # not a residual route (see Node.dead_end)
+                            continue
                         lab = st.labels.get(h, top)
                         if lab < cache[h]:
                             cache[h] = lab

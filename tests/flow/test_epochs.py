@@ -39,7 +39,9 @@ def churned(seed: int) -> tuple[MessageBus, int, int]:
     return bus, restored.rounds, holder.epoch.get(holder.id, 0)
 
 
-@pytest.mark.parametrize("seed", [6, 10])
+# Seeds whose drain still gets stuck: since pushes skip dead ends (Node.dead_end), most drains no
+# longer count labels up at all (on seeds 0-45 only 29, 38 and 43 gain more than 15% from epochs).
+@pytest.mark.parametrize("seed", [29, 43])
 def test_a_stuck_drain_starts_an_epoch_and_converges_sooner(seed: int, monkeypatch) -> None:
     _, rounds, epochs = churned(seed)
     assert epochs >= 1

