@@ -18,7 +18,7 @@ from swarm.flow.cost import EPS
 from swarm.flow.holder_agent import HolderAgent
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, PeerSpec
 from swarm.flow.messages import Ack, Envelope, NeighbourGone, NeighbourJoined
-from swarm.flow.peer import PeerAgent
+from swarm.flow.peer import FIRST_MOVES, PeerAgent
 
 Delay = tuple[float, float] | Callable[[str, str, random.Random], float]
 
@@ -280,7 +280,7 @@ class MessageBus:
             seed=self._child_seed(p.id),
             improve=self.improve,
         )
-        agent.budget = agent.base_budget()
+        agent.budget = FIRST_MOVES  # (its next hops are not wired yet: no base_budget here)
         agent.now = self.now
         return agent
 
