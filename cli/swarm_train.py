@@ -40,7 +40,7 @@ def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
 def train_swarm(
     cfg: TrainConfig, *, initial_peers: list[str], host: str, local_swarm: int, holders: int,
     log_dir: str, threads: int, verbose: bool, save: str | None, metrics_out: str | None,
-    resume: str | None = None, checkpoint_every: int = 0, region: str = "",
+    resume: str | None = None, checkpoint_every: int = 0, region: str = "", min_peers: int | None = None,
 ) -> None:  # fmt: skip
     setup_logging(verbose)
     from swarm.node import SwarmNode
@@ -83,7 +83,9 @@ def train_swarm(
                 train = asyncio.create_task(run_initiator(cfg, node, on_iteration=on_iteration, status=status,
                                                           save=save, metrics_out=metrics_out, resume=resume,
                                                           checkpoint_every=checkpoint_every,
-                                                          min_holders=holders, region=region))  # fmt: skip
+                                                          min_holders=holders, region=region,
+                                                          min_peers=local_swarm if min_peers is None
+                                                          else min_peers))  # fmt: skip
                 stopper = asyncio.create_task(stop.wait())
                 done, _ = await asyncio.wait({train, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if train not in done:

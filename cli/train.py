@@ -92,6 +92,11 @@ def register(app: typer.Typer) -> None:
             0, help="Start N stage volunteers on loopback beside this initiator."
         ),
         holders: int = typer.Option(1, help="With --local-swarm: data holders in all (this one included)."),
+        min_peers: int | None = typer.Option(
+            None,
+            help="Wait for this many serving stage peers before the first iteration "
+            "(default: the --local-swarm count; 0: one per stage is enough).",
+        ),
         log_dir: str = typer.Option("runs/local-swarm", help="Where --local-swarm peers write their logs."),
         threads: int = typer.Option(
             0,
@@ -118,6 +123,8 @@ def register(app: typer.Typer) -> None:
         check_region(region)
         if local_swarm < 0 or holders < 1:
             fail("--local-swarm must be >= 0 and --holders >= 1")
+        if min_peers is not None and min_peers < 0:
+            fail(f"--min-peers must be >= 0, got {min_peers}")
         if checkpoint_every < 0 or (checkpoint_every and not save):
             fail("--checkpoint-every needs --save DIR and a positive N")
         if resume:
@@ -129,7 +136,7 @@ def register(app: typer.Typer) -> None:
             train_swarm(cfg, initial_peers=list(initial_peers), host=host, local_swarm=local_swarm,
                         holders=holders, log_dir=log_dir, threads=threads, verbose=verbose, region=region,
                         save=save, metrics_out=metrics_out, resume=resume,
-                        checkpoint_every=checkpoint_every)  # fmt: skip
+                        checkpoint_every=checkpoint_every, min_peers=min_peers)  # fmt: skip
             return
         from swarm.trainer.local import LocalTrainer, train_local
 

@@ -273,6 +273,7 @@ async def run_initiator(
     cfg: TrainConfig, node: SwarmNode, *, on_iteration: Callable[[SwarmIteration], None],
     status: Callable[[str], None], save: str | None, metrics_out: str | None,
     resume: str | None = None, checkpoint_every: int = 0, min_holders: int = 1, region: str = "",
+    min_peers: int = 0,
 ) -> list[SwarmIteration]:  # fmt: skip
     """`swarm train`: publish the manifest, hold data, coordinate iterations, save checkpoints."""
     manifest = build_manifest(cfg, node)
@@ -292,7 +293,8 @@ async def run_initiator(
         holder.hops, len(manifest.layout), iteration_of=lambda: holder.iteration, flow=flow,
     )  # fmt: skip
     await presence.start()
-    coordinator = Coordinator(node, holder, manifest, status=status, min_holders=min_holders)
+    coordinator = Coordinator(node, holder, manifest, status=status, min_holders=min_holders,
+                              min_peers=min_peers)  # fmt: skip
 
     async def report_crash(peer: str, stage: int) -> None:
         await presence.event("crash", "did not answer before the step", peer=peer, stage=stage)

@@ -55,7 +55,7 @@ async def _no_crash_report(peer: str, stage: int) -> None:
 
 class Coordinator:
     def __init__(self, node: SwarmNode, holder: DataHolder, manifest, status=lambda text: None,
-                 min_holders: int = 1):  # fmt: skip
+                 min_holders: int = 1, min_peers: int = 0):  # fmt: skip
         self.node, self.holder, self.manifest = node, holder, manifest
         self.stages = len(manifest.layout)
         self.status = status
@@ -63,6 +63,7 @@ class Coordinator:
         self.speed: dict[str, float] = {}  # peer -> its measured microbatches/s (kept after it dies)
         self.reported_dead: set[str] = set()
         self.min_holders = min_holders
+        self.min_peers = min_peers  # stage peers serving before the first iteration (0: one per stage)
         self.on_crash = _no_crash_report
 
     async def stage_members(self) -> dict[int, list[str]]:
@@ -79,18 +80,21 @@ class Coordinator:
 
     async def wait_for_stages(self, poll_s: float = 1.0) -> dict[int, list[str]]:
         """Block until every stage has a serving peer (and, before the first iteration, until the
-        expected data holders are there), saying what is missing."""
+        expected data holders and stage peers are there), saying what is missing."""
         while True:
             members = await self.stage_members()
             missing = [s for s, peers in members.items() if not peers]
             holders = len(await self.holders())
-            if not missing and holders >= self.min_holders:
-                self.min_holders = 1  # later iterations go on with whoever holds data
+            serving = sum(len(peers) for peers in members.values())
+            if not missing and holders >= self.min_holders and serving >= self.min_peers:
+                self.min_holders, self.min_peers = 1, 0  # later iterations go on with whoever is there
                 return members
             if missing:
                 self.status(f"waiting for a peer to serve stage(s) {missing}")
-            else:
+            elif holders < self.min_holders:
                 self.status(f"waiting for data holders: {holders} of {self.min_holders} here")
+            else:
+                self.status(f"waiting for volunteers: {serving} of {self.min_peers} serving")
             await asyncio.sleep(poll_s)
 
     async def run_iteration(self, iteration: int) -> SwarmIteration:

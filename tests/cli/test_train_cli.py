@@ -41,6 +41,7 @@ def test_adamw8bit_runs(swarm_cli, tmp_path) -> None:
         (["--optimizer", "sgd"], "unknown optimizer 'sgd'"),
         (["--seq-len", "100000"], "--seq-len must be between 2"),
         (["--region", "Mars"], "unknown region 'Mars' (known: Australia"),
+        (["--min-peers", "-1"], "--min-peers must be >= 0, got -1"),
     ],
 )
 def test_bad_input_is_one_clear_line(swarm_cli, args, message) -> None:

@@ -43,8 +43,9 @@ def test_crash_in_forward_and_backward_keeps_parity(swarm_cli, tmp_path) -> None
     local = swarm_cli("train", "--local", *COMMON, "--iterations", "4", "--save", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("init", "s0", "a", "b", "c", "s2")}
+    # all five volunteers serve before iteration 0, so B is surely routed to in iteration 1
     init = start(["train", *COMMON, "--iterations", "4", "--run", "churn", "--save", str(tmp_path / "swarm"),
-                  "--metrics-out", str(tmp_path / "m.jsonl")], logs["init"])  # fmt: skip
+                  "--metrics-out", str(tmp_path / "m.jsonl"), "--min-peers", "5"], logs["init"])  # fmt: skip
     procs = [init]
     try:
         maddr = wait_for_maddr(tmp_path / "init.log", init)
@@ -130,14 +131,17 @@ def test_peer_moves_to_the_bottleneck_stage_and_parity_holds(swarm_cli, tmp_path
     assert local.returncode == 0, local.stderr
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("init", "a", "b", "c")}
     init = start(["train", *common, "--iterations", "30", "--run", "move", "--save", str(tmp_path / "swarm"),
-                  "--metrics-out", str(tmp_path / "m.jsonl")], logs["init"])  # fmt: skip
+                  "--metrics-out", str(tmp_path / "m.jsonl"), "--min-peers", "3"], logs["init"])  # fmt: skip
     procs = [init]
     try:
         maddr = wait_for_maddr(tmp_path / "init.log", init)
         join = ["join", "--initial-peers", maddr, "--run", "move", "--threads", "1", "--rebalance-every", "1"]
         procs.append(start([*join, "--stage", "0", "--capacity", "5"], logs["a"]))
         procs.append(start([*join, "--stage", "0", "--capacity", "5"], logs["b"]))
-        slow = {"SWARM_TEST_SLOW": "40"}  # the thin stage is really slow, so the run lasts a while
+        # the thin stage is really slow: while it carries every microbatch alone an iteration takes
+        # seconds, so the mover (which needs a few rebalance periods and a state download, longer on a
+        # loaded machine) arrives long before the 30 iterations are over
+        slow = {"SWARM_TEST_SLOW": "400"}
         procs.append(start([*join, "--stage", "1", "--capacity", "1"], logs["c"], slow))
         assert init.wait(600) == 0, (tmp_path / "init.log").read_text()[-3000:]
     finally:
