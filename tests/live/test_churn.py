@@ -96,7 +96,7 @@ def test_straggler_gets_little_work_and_parity_holds(swarm_cli, tmp_path) -> Non
     assert local.returncode == 0, local.stderr
     logs = {name: open(tmp_path / f"{name}.log", "w") for name in ("init", "s0", "fast", "slow")}
     init = start(["train", *common, "--iterations", "5", "--run", "slow", "--save", str(tmp_path / "swarm"),
-                  "--metrics-out", str(tmp_path / "m.jsonl")], logs["init"])  # fmt: skip
+                  "--metrics-out", str(tmp_path / "m.jsonl"), "--min-peers", "3"], logs["init"])  # fmt: skip
     procs = [init]
     try:
         maddr = wait_for_maddr(tmp_path / "init.log", init)
