@@ -182,6 +182,14 @@ class Sender(Node):
         st = self.views.get(v)
         return self.link(v) + (st.worst.get(h, 0.0) if st else 0.0)
 
+    def worst_of(self, h: str, v: str) -> float:
+        """Next hop v's most expensive used route on to h's sink: its path news, else its state."""
+        p = self.paths.get(v)
+        if p is not None and h in p.worst:
+            return p.worst[h]
+        st = self.views.get(v)
+        return st.worst.get(h, 0.0) if st else 0.0
+
     def worst(self, h: str) -> float | None:
         if h not in self._worst_cache:
             used = [self.target_worst(h, v) for v, r in self.out[h].items() if r > EPS]
@@ -313,7 +321,11 @@ class Sender(Node):
         oid = self.add_offer(h, w, rate, v)
         bid = self.arrival(h) + self.link(w)
         swap = None if spare > EPS else v
-        self.send(w, Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state()))
+        # a swap hands one of w's senders over to v: w must know v's worst route onwards to judge
+        # that sender's new path too (unknown, it would count as free and the trade could raise the max)
+        onwards = self.worst_of(h, v) if swap else None
+        offer = Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state(), swap_worst=onwards)
+        self.send(w, offer)
         return True
 
     # ------------------------------------------------------------ replies
