@@ -328,6 +328,9 @@ class Sender(Node):
         self.send(w, offer)
         return True
 
+    def on_traded(self) -> None:
+        """An exchange we asked for was made (stage peers refund their exchange budget)."""
+
     # ------------------------------------------------------------ replies
     def on_reply(self, src: str, msg: Reply) -> None:
         self.observe(msg.state)
@@ -347,6 +350,7 @@ class Sender(Node):
             if moved > EPS:  # the old hop already let go of this much (an exchange)
                 self.out[h][old] = self.out[h].get(old, 0.0) - moved
                 self.flows_moved()
+                self.on_traded()
             rest = min(msg.accepted - moved, self.out[h].get(old, 0.0))
             if rest > EPS:
                 self.cancel(h, old, rest)

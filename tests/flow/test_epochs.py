@@ -123,10 +123,11 @@ def test_holders_sharing_limited_links_start_no_epoch(shared: bool, monkeypatch)
     """Several holders over limited links: re-routing one's flow could displace the others'. (The
     same run with epochs allowed there does start some: the rule is what keeps them off.)"""
     monkeypatch.setattr(holder_agent, "EPOCHS_WITH_SHARED_LINKS", shared)
-    inst = dataclasses.replace(random_instance(24, 4, 3, seed=1), link_capacity=True)
-    bus = MessageBus(inst, seed=1)
+    # (a seed where allowing them does start some: 6 of the first 15 seeds do)
+    inst = dataclasses.replace(random_instance(24, 4, 3, seed=13), link_capacity=True)
+    bus = MessageBus(inst, seed=13)
     assert bus.run_until_quiescent().quiescent
-    churn(bus, 0.3, 1)
+    churn(bus, 0.3, 13)
     assert bus.run_until_quiescent().quiescent
     assert violations(bus) == []
     started = sum(a.epoch.get(a.id, 0) for a in bus.agents.values() if a.stage == -1)

@@ -12,6 +12,7 @@ import pytest
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.exchange import SWAP_MAX, SWAP_REFUND
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
 from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, State
@@ -67,6 +68,19 @@ def test_crossed_edges_are_traded() -> None:
     assert violations(bus) == []
     assert {n: p[n].carried() for n in "abcde"} == {n: 1.0 if n != "e" else 2.0 for n in "abcde"}
     assert bus.routes()["h"]["h"] == before["h"]["h"]  # the holder's side did not move
+
+
+@pytest.mark.parametrize("refunded_before, refund", [(0, SWAP_REFUND), (SWAP_MAX - 1, 1), (SWAP_MAX, 0)])
+def test_a_trade_made_gives_asks_back_up_to_a_bound(refunded_before: int, refund: int) -> None:
+    """Asks go where they pay: each exchange made returns SWAP_REFUND asks to its initiator, at most
+    SWAP_MAX over the run, so messages per peer stay bounded."""
+    bus, p = crossed()
+    p["a"]._refunded = refunded_before
+    assert p["a"].try_swap()
+    assert p["a"].swap_budget == 3
+    bus.run_until_quiescent()
+    assert uncrossed(p)
+    assert p["a"].swap_budget == 3 + refund
 
 
 def test_a_mate_that_never_answers_does_not_wedge_anyone_and_a_late_answer_counts() -> None:
