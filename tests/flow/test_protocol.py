@@ -132,7 +132,7 @@ def test_max_path_within_5_percent_of_min_cost_on_most_small_instances() -> None
     """40 small instances (3 stages x 4 peers): the most expensive used path is within 5% of the
     min-cost flow's on most of them and never far off. Not on all: where the last stage is the
     bottleneck and full, removing a dear fragment takes a chain of moves over several peers that
-    local moves and exchanges do not find (29 of these 40 are within 5%, the worst is 1.39; on larger
+    local moves and exchanges do not find (33 of these 40 are within 5%, the worst is 1.33; on larger
     instances `swarm bench flow-sweep` reports it)."""
     from swarm.flow.reference import min_cost_max_flow
 
@@ -143,7 +143,7 @@ def test_max_path_within_5_percent_of_min_cost_on_most_small_instances() -> None
         converge(bus)
         best = cost.max_path_cost(inst, min_cost_max_flow(inst))
         ratios.append(cost.max_path_cost(inst, bus.routes()) / best)
-    assert sum(r <= 1.05 + 1e-9 for r in ratios) >= 28, sorted(ratios)
+    assert sum(r <= 1.05 + 1e-9 for r in ratios) >= 31, sorted(ratios)
     assert max(ratios) < 1.5, sorted(ratios)
 
 
