@@ -31,12 +31,15 @@ from swarm.flow.node import EPS, costs_moved
 # 1.125x the min-cost flow's (median; 11 of 30 within 5%) at 117 messages per peer, 8 / 80 gives
 # 1.06x (13 of 30) at 177; 16 / 400 gave 1.03x but took 1,000 x 16 from 36 s to 108 s. Refunds put
 # the asks where trades are made: on three sweeps (seeds 0/1/2, 90 instances) 8 / 80 with 4 asks back
-# per trade made gives a max path 1.050x (mean; 49 of 90 within 5%, 43 without refunds) at 223
-# messages per peer (198), about what 12 / 120 without refunds gives (1.047x, 49, 239 messages), and
-# 1,000 x 16 seed 0 took 42.7 s (41.6 s without refunds; 48.0 s with 12 / 120).
+# per trade made, at most 40 back, gives a max path 1.052x (mean; 49 of 90 within 5%, 43 without
+# refunds) at 217 messages per peer (198), about what 12 / 120 without refunds gives (1.047x, 49, 239
+# messages). Up to 80 back gave the same (1.050x, 49) but took 1,000 x 16 seed 2 from 39 s to 55 s
+# (615 -> 635 messages per peer; 47 s with at most 40 back); refunds that only fill a peer's budget
+# up to 80 gave nothing (1.059x, 44): the trades pay where the budget was already 80.
 SWAP_TRIES = 8  # exchange attempts per next hop (an initiator's budget: len(next) x this)
 SWAP_BATCH = 4  # exchanges asked for at once
-SWAP_REFUND = 4  # asks given back per exchange made, at most SWAP_MAX in all (asks go where they pay)
+SWAP_REFUND = 4  # asks given back per exchange made (asks go where trades are made) ...
+SWAP_REFUND_MAX = 40  # ... at most this many in all
 SWAP_MAX = 80  # at most this many exchange asks per peer: messages per peer stay bounded at scale
 # A trade that makes the worst path through its four edges cheaper may cost those edges up to this
 # fraction of what it saves there. On three sweeps (`swarm bench flow-sweep --instances 30 --seed
@@ -218,7 +221,7 @@ class Exchanger(Sender):
 
     def on_traded(self) -> None:
         """An exchange we asked for was made: asks pay here, so this peer may ask a few more."""
-        refund = min(SWAP_REFUND, SWAP_MAX - self._refunded)
+        refund = min(SWAP_REFUND, SWAP_REFUND_MAX - self._refunded)
         if refund > 0 and self.swap_budget >= 0:
             self._refunded += refund
             self.swap_budget += refund

@@ -12,7 +12,7 @@ import pytest
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
-from swarm.flow.exchange import SWAP_MAX, SWAP_REFUND
+from swarm.flow.exchange import SWAP_REFUND, SWAP_REFUND_MAX
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
 from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, State
@@ -70,10 +70,12 @@ def test_crossed_edges_are_traded() -> None:
     assert bus.routes()["h"]["h"] == before["h"]["h"]  # the holder's side did not move
 
 
-@pytest.mark.parametrize("refunded_before, refund", [(0, SWAP_REFUND), (SWAP_MAX - 1, 1), (SWAP_MAX, 0)])
+@pytest.mark.parametrize(
+    "refunded_before, refund", [(0, SWAP_REFUND), (SWAP_REFUND_MAX - 1, 1), (SWAP_REFUND_MAX, 0)]
+)
 def test_a_trade_made_gives_asks_back_up_to_a_bound(refunded_before: int, refund: int) -> None:
     """Asks go where they pay: each exchange made returns SWAP_REFUND asks to its initiator, at most
-    SWAP_MAX over the run, so messages per peer stay bounded."""
+    SWAP_REFUND_MAX over the run, so messages per peer stay bounded."""
     bus, p = crossed()
     p["a"]._refunded = refunded_before
     assert p["a"].try_swap()
