@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from swarm.holder.holder import HOLDER_PART, DataHolder
 from swarm.node import SwarmNode
+from swarm.presence import VIEW_S
 
 log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 5.0
@@ -47,6 +48,10 @@ class SwarmIteration:
             "bottleneck_stage": self.bottleneck_stage,
             "carried": {str(s): c for s, c in self.per_stage.items()},
         }  # fmt: skip
+
+
+# Before the first iteration with `min_peers`: two DHT view refreshes and a few routing messages.
+ROUTES_SETTLE_S = 2 * VIEW_S + 1.0
 
 
 async def _no_crash_report(peer: str, stage: int) -> None:
@@ -87,6 +92,11 @@ class Coordinator:
             holders = len(await self.holders())
             serving = sum(len(peers) for peers in members.values())
             if not missing and holders >= self.min_holders and serving >= self.min_peers:
+                if self.min_peers > 0:
+                    # serving is not routed to yet: peers re-read the DHT every VIEW_S and then
+                    # route to the newcomers, so the first iteration would run without them
+                    self.status(f"{serving} volunteers serving: letting the routes take them in")
+                    await asyncio.sleep(ROUTES_SETTLE_S)
                 self.min_holders, self.min_peers = 1, 0  # later iterations go on with whoever is there
                 return members
             if missing:
