@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
+import time
 from pathlib import Path
 
 import typer
@@ -13,6 +16,42 @@ from swarm.routing.demand import POLICIES
 from swarm.sim.hardware import PRESETS, HardwareError
 
 ROUTER_CHOICES = ("gwtf", "swarm", "oracle", "all")
+
+
+class _Reporter:
+    """Says on stderr how far a long simulation is, at most every PRINT_S seconds of wall time (the
+    simulation reads no clock: it reports every few thousand events and this edge throttles)."""
+
+    PRINT_S = 5.0
+
+    def __init__(self, sc) -> None:
+        self.sc = sc
+
+    def __call__(self, router: str):
+        sc, start, last = self.sc, time.monotonic(), [-math.inf]
+
+        def report(phase: str, t: float, res, messages: int) -> None:
+            now = time.monotonic()
+            if phase != "done" and now - last[0] < self.PRINT_S:
+                return
+            last[0] = now
+            parts = [f"{sc.name} / {router}: {phase}"]
+            if phase == "routing setup":
+                parts.append(f"protocol time {t:.1f} s")
+            else:
+                limit = f" of {sc.max_time_s:,.0f}" if sc.max_time_s is not None else ""
+                parts.append(f"simulated {t:,.0f} s{limit}")
+                parts.append(
+                    f"iteration {res.iterations}" + (f" of {sc.iterations}" if sc.iterations < 10**9 else "")
+                )
+                parts.append(f"{res.completed:,} microbatches done")
+                parts.append(f"{res.crashes} crashes, {res.joins} joins")
+            if messages:
+                parts.append(f"{messages:,} protocol messages")
+            parts.append(f"{now - start:,.0f} s wall")
+            typer.echo(", ".join(parts), err=True)
+
+        return report
 
 
 def _format_row(router: str, summary: dict) -> str:
@@ -80,6 +119,12 @@ def register(app: typer.Typer) -> None:
             "--no-link-capacity",
             help="Route as if links carried any rate (only GPUs limit the flow); overrides the scenario's.",
         ),
+        progress: bool | None = typer.Option(
+            None,
+            "--progress/--no-progress",
+            help="Say on stderr how far each run is, every 5 s of wall time "
+            "(default: when stderr is a terminal).",
+        ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
         plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
         list_: bool = typer.Option(False, "--list", help="List the built-in scenarios and exit."),
@@ -124,7 +169,8 @@ def register(app: typer.Typer) -> None:
                 raise UserError(
                     f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers"
                 )
-            results = compare(sc, routers, seed)
+            show = sys.stderr.isatty() if progress is None else progress
+            results = compare(sc, routers, seed, _Reporter(sc) if show else None)
             table[sc.name] = results
             entry = {
                 "scenario": sc.name,

@@ -3,30 +3,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from swarm.sim.metrics import SimResult, ratios
 from swarm.sim.routers import ROUTERS, make_router
 from swarm.sim.scenario import Scenario, ScenarioError, builtin_names, resolve_scenario
-from swarm.sim.simulator import Simulation
+from swarm.sim.simulator import Progress, Simulation
 
 
-def simulate(scenario: Scenario, router: str, seed: int | None = None) -> SimResult:
-    """Run one router on one scenario; `seed` overrides the scenario's."""
+def simulate(
+    scenario: Scenario, router: str, seed: int | None = None, progress: Progress | None = None
+) -> SimResult:
+    """Run one router on one scenario; `seed` overrides the scenario's. `progress` hears how far
+    the run is (see `Progress`)."""
     if seed is not None:
         scenario = scenario.with_(seed=seed)
-    return Simulation(scenario, make_router(router, scenario.seed)).run()
+    return Simulation(scenario, make_router(router, scenario.seed), progress).run()
 
 
 def compare(
-    scenario: Scenario, routers: Iterable[str] = ROUTERS, seed: int | None = None
+    scenario: Scenario,
+    routers: Iterable[str] = ROUTERS,
+    seed: int | None = None,
+    progress: Callable[[str], Progress] | None = None,
 ) -> dict[str, SimResult]:
-    """Run several routers on the same scenario (same peers, same crash and join times)."""
-    return {name: simulate(scenario, name, seed) for name in routers}
+    """Run several routers on the same scenario (same peers, same crash and join times);
+    `progress(router)` gives each run its progress callback."""
+    return {name: simulate(scenario, name, seed, progress(name) if progress else None) for name in routers}
 
 
 __all__ = [
     "ROUTERS",
+    "Progress",
     "Scenario",
     "ScenarioError",
     "SimResult",

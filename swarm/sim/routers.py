@@ -138,6 +138,9 @@ class OracleRouter(_Planned):
         self._solve()
 
 
+SETUP_REPORT_S = 1.0  # protocol seconds between progress reports of the first convergence
+
+
 class GwtfRouter(_Planned):
     """The push-relabel protocol on a message bus in simulated time.
 
@@ -164,7 +167,15 @@ class GwtfRouter(_Planned):
         regions = {n.region for n in sim.nodes.values()} | set(sim.sc.regions)
         worst = max(sim.link(a, b).latency_s for a in regions for b in regions)
         self.bus.retry_s = max(self.bus.retry_s, 4.0 * worst)
-        self.bus.run_until_quiescent(max_time=self.SETUP_LIMIT_S)
+        report, bus = sim.progress, self.bus
+        if report is None:
+            bus.run_until_quiescent(max_time=self.SETUP_LIMIT_S)
+        else:  # the first convergence of a big swarm is most of the run's wall time
+
+            def watch() -> None:  # (phase, protocol seconds since the swarm formed, ...)
+                report("routing setup", bus.now, sim.res, bus.stats.messages)
+
+            bus.run_until_quiescent(max_time=self.SETUP_LIMIT_S, watch=watch, every=SETUP_REPORT_S)
         self.offset = self.bus.now
         self._pending: list[str] = []
         self._routes = self.bus.routes()

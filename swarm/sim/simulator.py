@@ -21,6 +21,7 @@ the stage's state. Data holders do not crash. Who knows of a crash when: swarm/s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 from swarm.flow.cost import HolderRoutes
@@ -72,13 +73,21 @@ class Router(Protocol):
     def messages(self) -> int: ...
 
 
+# Progress reports (for a long run, e.g. 1,000 peers for an hour): (phase, simulated seconds, the
+# result so far, protocol messages so far). Called every PROGRESS_EVERY events, not on a clock: the
+# simulation stays a pure function of its inputs; the CLI decides how often to print.
+Progress = Callable[[str, float, SimResult, int], None]
+PROGRESS_EVERY = 5_000
+
+
 class Simulation(Faults):
     """One scenario, one router. `run()` returns the `SimResult`."""
 
     RECOVER, JOIN, EXPIRE = RECOVER, JOIN, EXPIRE  # event kinds the fault mixin schedules
 
-    def __init__(self, scenario: Scenario, router: Router) -> None:
+    def __init__(self, scenario: Scenario, router: Router, progress: Progress | None = None) -> None:
         self.sc, self.router = scenario, router
+        self.progress = progress
         model = scenario.model
         self.stages = scenario.stages
         self.layers = model.stage_layers(self.stages)
@@ -322,8 +331,11 @@ class Simulation(Faults):
         if self.sc.max_time_s is not None:
             q.push(self.sc.max_time_s, END)
         self._start_iteration(0.0)
+        report = self.progress
         while len(q):
             now, kind, payload = q.pop()
+            if report is not None and q.popped % PROGRESS_EVERY == 0:
+                report("training", now, res, self.router.messages())
             if kind <= RECOVER:
                 mb = mbs.get(payload[0])
                 if mb is None or mb.gen != payload[1]:
@@ -379,7 +391,10 @@ class Simulation(Faults):
                 self._start_iteration(now)
             else:  # END
                 break
-        return self._finish(q.now)
+        result = self._finish(q.now)
+        if report is not None:
+            report("done", q.now, result, result.protocol_messages)
+        return result
 
     def _finish(self, end: float) -> SimResult:
         """Turn the accumulated counters into the reported metrics."""

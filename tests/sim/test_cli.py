@@ -58,6 +58,19 @@ def test_text_output_for_two_routers(tmp_path) -> None:
     assert "oracle" in out.stdout and "training_time_s=" in out.stdout
 
 
+def test_progress_goes_to_stderr_and_leaves_the_json_alone(tmp_path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(SMALL))
+    out = swarm("--scenario", str(path), "--router", "gwtf", "--json", "--progress")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["scenarios"][0]["scenario"] == "cli-small"
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith("cli-small / gwtf: routing setup, protocol time")
+    assert lines[-1].startswith("cli-small / gwtf: done, simulated") and "iteration 3 of 3" in lines[-1]
+    quiet = swarm("--scenario", str(path), "--router", "gwtf", "--json", "--no-progress")
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == out.stdout
+
+
 def test_user_errors_are_one_line(tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"model": "gpt-500m", "stages": 2, "peers": {"count": 4, "regions": ["Mars"]}}')

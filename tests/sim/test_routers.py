@@ -76,3 +76,22 @@ def test_planned_routes_respect_link_limits(router) -> None:
             assert rate <= inst.edge_capacity(a, b) + 1e-6
     unlimited = Simulation(sc.with_(link_capacity=False), make_router(router, sc.seed))
     assert not unlimited.instance().link_capacity
+
+
+def test_progress_reports_the_setup_then_the_run_without_changing_it(churny, monkeypatch) -> None:
+    """A long run says how far it is (the CLI prints it); reporting changes nothing in the run."""
+    import swarm.sim.simulator as simulator
+
+    monkeypatch.setattr(simulator, "PROGRESS_EVERY", 50)  # this run has a few thousand events
+    seen: list[tuple[str, float, int, int]] = []
+
+    def report(phase, t, res, messages) -> None:
+        seen.append((phase, t, res.completed, messages))
+
+    res = simulate(churny, "gwtf", progress=report)
+    assert res.summary() == simulate(churny, "gwtf").summary()
+    phases = [p for p, *_ in seen]
+    assert phases[0] == "routing setup" and phases[-1] == "done" and "training" in phases
+    training = [(t, done, msgs) for p, t, done, msgs in seen if p != "routing setup"]
+    assert all(a <= b for a, b in zip(training, training[1:]))  # time, work and messages only grow
+    assert seen[-1][1:] == (res.training_time_s, res.completed, res.protocol_messages)
