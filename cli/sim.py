@@ -42,7 +42,7 @@ class _Reporter:
                 limit = f" of {sc.max_time_s:,.0f}" if sc.max_time_s is not None else ""
                 parts.append(f"simulated {t:,.0f} s{limit}")
                 parts.append(
-                    f"iteration {res.iterations}" + (f" of {sc.iterations}" if sc.iterations < 10**9 else "")
+                    f"iteration {res.iterations}" + (f" of {sc.iterations}" if sc.iterations < 10**6 else "")
                 )
                 parts.append(f"{res.completed:,} microbatches done")
                 parts.append(f"{res.crashes} crashes, {res.joins} joins")
