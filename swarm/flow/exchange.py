@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from swarm.flow.agent import Sender
 from swarm.flow.messages import Body, Cancel, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, Return
-from swarm.flow.node import EPS, costs_moved
+from swarm.flow.news import EPS, costs_moved
 
 # Nine in ten asks are refused (the initiator cannot see which in-flow d could trade), so the budget
 # is what buys path quality. On `swarm bench flow-sweep --instances 30`, 2 / 40 gave a max path

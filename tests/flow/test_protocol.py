@@ -163,7 +163,7 @@ def test_known_loss_case_reaches_max_flow() -> None:
 def test_news_good_is_reliable_bad_is_best_effort() -> None:
     """Spare again, a lower label or a reachable holder must arrive; the rest may be lost."""
     from swarm.flow.messages import State
-    from swarm.flow.node import BAD, COSTS, GOOD, NONE, _news, _summary
+    from swarm.flow.news import BAD, COSTS, GOOD, NONE, _news, _summary
 
     def summary(spare: float, label: int, cheapest: float):
         return _summary(State("v", 1, spare, {"h": label}, {"h": cheapest}, {}))
