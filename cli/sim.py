@@ -162,6 +162,7 @@ def register(app: typer.Typer) -> None:
             ]
         except ScenarioError as exc:
             raise UserError(str(exc)) from None
+        show_progress = sys.stderr.isatty() if progress is None else progress
         table = {}
         report = []
         for sc in scenarios:
@@ -169,8 +170,7 @@ def register(app: typer.Typer) -> None:
                 raise UserError(
                     f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers"
                 )
-            show = sys.stderr.isatty() if progress is None else progress
-            results = compare(sc, routers, seed, _Reporter(sc) if show else None)
+            results = compare(sc, routers, seed, _Reporter(sc) if show_progress else None)
             table[sc.name] = results
             entry = {
                 "scenario": sc.name,

@@ -19,7 +19,7 @@ COST_REL = 0.05  # nor those under 5%
 COST_HOLD = 20.0  # at most one costs-only announcement per COST_HOLD announcement periods
 
 
-def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
+def summary_of(state: State) -> tuple[bool, tuple, dict[str, float]]:
     """What a neighbour knows from a state: has spare and labels (and which holders it can route,
     and the relabel epochs: news it must get), then route costs (best effort)."""
     reach = tuple(h for h, c in sorted(state.cheapest.items()) if math.isfinite(c))
@@ -30,8 +30,8 @@ def _summary(state: State) -> tuple[bool, tuple, dict[str, float]]:
 NONE, COSTS, BAD, GOOD = 0, 1, 2, 3
 
 
-def _news(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -> int:
-    """What a neighbour that last heard `told` would learn from `now` (see `Node._publish`)."""
+def news_for(told: tuple | None, now: tuple, upstream: bool, sender: bool = True) -> int:
+    """What a neighbour that last heard `told` would learn from `now` (see `Announcer._publish`)."""
     if told is None:
         return GOOD
     old_labels, old_reach, old_epochs = told[1]
@@ -74,7 +74,8 @@ def costs_moved(old: dict[str, float], new: dict[str, float]) -> bool:
 
 
 class Announcer:
-    """Coalesced, per-neighbour announcements of a node's state (a part of `Node`)."""
+    """Coalesced, per-neighbour announcements of a node's state (a part of `Node`, whose `state`
+    and `send` it uses)."""
 
     id: str
     env: Any
@@ -85,12 +86,6 @@ class Announcer:
     _told: dict[str, tuple]  # neighbour -> (has spare, labels, costs) it last heard from us
     _announce_armed: bool
     _cost_at: float
-
-    def state(self) -> State:
-        raise NotImplementedError
-
-    def send(self, dst: str, body, reliable: bool = True) -> None:
-        raise NotImplementedError
 
     def announce(self) -> None:
         """Publish our state, coalesced: at most one announcement per `announce_s` of virtual time."""
@@ -119,13 +114,13 @@ class Announcer:
         if not getattr(self, "ready", True):
             return  # nobody can use our state before our route costs are known (see check_ready)
         st = self.state()
-        now = _summary(st)
+        now = summary_of(st)
         good: list[str] = []
         other: list[str] = []
         costs_only = True
         senders = self.senders()
         for node in sorted(self.prev):
-            news = _news(self._told.get(node), now, upstream=True, sender=node in senders)
+            news = news_for(self._told.get(node), now, upstream=True, sender=node in senders)
             if news == GOOD:
                 good.append(node)
             elif news:
@@ -133,7 +128,7 @@ class Announcer:
                 costs_only = costs_only and news == COSTS
         for node in sorted(self.downstream() - self.prev):
             if node not in self.holders:
-                news = _news(self._told.get(node), now, upstream=False)
+                news = news_for(self._told.get(node), now, upstream=False)
                 if news == GOOD:
                     good.append(node)
                 elif news:

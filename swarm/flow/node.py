@@ -23,7 +23,7 @@ from swarm.flow.messages import (
     Paths,
     State,
 )
-from swarm.flow.news import EPS, Announcer, _summary
+from swarm.flow.news import EPS, Announcer, summary_of
 
 
 class Env(Protocol):
@@ -90,7 +90,7 @@ class Node(Announcer):
         """
         st = getattr(body, "state", None)
         if isinstance(st, State) and st.node == self.id:
-            self._told[dst] = _summary(st)
+            self._told[dst] = summary_of(st)
         self.sent += 1
         acks = tuple(self._owed.pop(dst, ()))
         if not reliable:

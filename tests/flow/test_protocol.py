@@ -163,18 +163,18 @@ def test_known_loss_case_reaches_max_flow() -> None:
 def test_news_good_is_reliable_bad_is_best_effort() -> None:
     """Spare again, a lower label or a reachable holder must arrive; the rest may be lost."""
     from swarm.flow.messages import State
-    from swarm.flow.news import BAD, COSTS, GOOD, NONE, _news, _summary
+    from swarm.flow.news import BAD, COSTS, GOOD, NONE, news_for, summary_of
 
     def summary(spare: float, label: int, cheapest: float):
-        return _summary(State("v", 1, spare, {"h": label}, {"h": cheapest}, {}))
+        return summary_of(State("v", 1, spare, {"h": label}, {"h": cheapest}, {}))
 
     full = summary(0.0, 3, 1.0)
-    assert _news(None, full, upstream=True) == GOOD
-    assert _news(full, summary(1.0, 3, 1.0), upstream=True) == GOOD  # spare again
-    assert _news(full, summary(0.0, 2, 1.0), upstream=True) == GOOD  # lower label
-    assert _news(summary(1.0, 3, 1.0), full, upstream=True) == BAD  # became full
-    assert _news(full, summary(0.0, 4, 1.0), upstream=False) == BAD  # higher label, downstream
-    assert _news(full, summary(0.0, 3, 2.0), upstream=True) == COSTS  # dearer, to a sender
-    assert _news(full, summary(0.0, 3, 2.0), upstream=True, sender=False) == NONE
-    assert _news(full, summary(0.0, 3, 0.5), upstream=True, sender=False) == COSTS  # cheaper: all
-    assert _news(full, summary(0.0, 3, 2.0), upstream=False) == NONE  # costs never go downstream
+    assert news_for(None, full, upstream=True) == GOOD
+    assert news_for(full, summary(1.0, 3, 1.0), upstream=True) == GOOD  # spare again
+    assert news_for(full, summary(0.0, 2, 1.0), upstream=True) == GOOD  # lower label
+    assert news_for(summary(1.0, 3, 1.0), full, upstream=True) == BAD  # became full
+    assert news_for(full, summary(0.0, 4, 1.0), upstream=False) == BAD  # higher label, downstream
+    assert news_for(full, summary(0.0, 3, 2.0), upstream=True) == COSTS  # dearer, to a sender
+    assert news_for(full, summary(0.0, 3, 2.0), upstream=True, sender=False) == NONE
+    assert news_for(full, summary(0.0, 3, 0.5), upstream=True, sender=False) == COSTS  # cheaper: all
+    assert news_for(full, summary(0.0, 3, 2.0), upstream=False) == NONE  # costs never go downstream
