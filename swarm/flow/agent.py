@@ -348,6 +348,8 @@ class Sender(Node):
                 return
             moved = min(max(msg.exchanged, 0.0), msg.accepted)
             if moved > EPS:  # the old hop already let go of this much (an exchange)
+                if msg.swapped is not None and msg.swapped in self.next:
+                    old = msg.swapped  # the receiver chose another of the hops we offered to trade
                 self.out[h][old] = self.out[h].get(old, 0.0) - moved
                 self.flows_moved()
                 self.on_traded()

@@ -40,6 +40,17 @@ class State:
 
 
 @dataclass(frozen=True)
+class SwapOption:
+    """A next hop an exchange initiator could move flow off (see `Offer.swap_options`): `rate` of
+    the initiator's flow goes there now, and `worst` is that hop's most expensive used route on to
+    the holder's sink as the initiator last heard it."""
+
+    hop: str
+    rate: float
+    worst: float
+
+
+@dataclass(frozen=True)
 class Offer:
     """Push: "take `rate` of `holder`'s microbatches from me". `label` is the sender's label.
 
@@ -52,6 +63,8 @@ class Offer:
     `swap_worst` goes with `swap_from`: the cost of `swap_from`'s most expensive used route on to the
     holder's sink as the sender last heard it, so that the receiver can tell whether the trade makes
     the most expensive path through the four edges cheaper (GWTF's min-max objective).
+    `swap_options` widens an exchange ask: the receiver may trade the sender's flow on any of these
+    next hops (its own stage mates), and picks the trade that pays most (`Reply.swapped` says which).
     """
 
     holder: str
@@ -63,6 +76,7 @@ class Offer:
     preempt: int = 0
     state: State | None = None
     swap_worst: float | None = None
+    swap_options: tuple[SwapOption, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,7 +84,8 @@ class Reply:
     """Accept (`accepted` > 0) or reject (`accepted` == 0) an offer, with the receiver's real state.
 
     `exchanged` of the accepted rate is flow that an exchange moved here from the sender's old next
-    hop (`Offer.swap_from`), which already let go of it.
+    hop, which already let go of it: `swapped`, one of the offer's `swap_options` (when absent,
+    `Offer.swap_from`).
     """
 
     offer_id: int
@@ -78,6 +93,7 @@ class Reply:
     accepted: float
     state: State
     exchanged: float = 0.0
+    swapped: str | None = None
 
 
 @dataclass(frozen=True)

@@ -119,8 +119,14 @@ class Announcer:
         other: list[str] = []
         costs_only = True
         senders = self.senders()
+        # neighbours told in one announcement share its summary: judge each summary once
+        told_by, judged = self._told, {}
         for node in sorted(self.prev):
-            news = news_for(self._told.get(node), now, upstream=True, sender=node in senders)
+            told, sender = told_by.get(node), node in senders
+            key = (id(told), sender)
+            news = judged.get(key)
+            if news is None:
+                news = judged[key] = news_for(told, now, upstream=True, sender=sender)
             if news == GOOD:
                 good.append(node)
             elif news:
@@ -128,7 +134,7 @@ class Announcer:
                 costs_only = costs_only and news == COSTS
         for node in sorted(self.downstream() - self.prev):
             if node not in self.holders:
-                news = news_for(self._told.get(node), now, upstream=False)
+                news = news_for(told_by.get(node), now, upstream=False)
                 if news == GOOD:
                     good.append(node)
                 elif news:

@@ -65,6 +65,8 @@ class Node(Announcer):
         self._seen: dict[str, set[int]] = {}
         self._retry_armed = False
         self._told: dict[str, tuple] = {}  # neighbour -> (has spare, labels, costs) it last heard from us
+        self._summarised: State | None = None  # the state `_summary` was made from (see send)
+        self._summary: tuple = ()
         self._announce_armed = False
         self._cost_at = -INF
         self.announce_s = env.retry_s / 4.0
@@ -90,7 +92,9 @@ class Node(Announcer):
         """
         st = getattr(body, "state", None)
         if isinstance(st, State) and st.node == self.id:
-            self._told[dst] = summary_of(st)
+            if st is not self._summarised:  # one summary per state, shared by all who hear it
+                self._summarised, self._summary = st, summary_of(st)
+            self._told[dst] = self._summary
         self.sent += 1
         acks = tuple(self._owed.pop(dst, ()))
         if not reliable:

@@ -33,6 +33,8 @@ def to_wire(value: Any) -> Any:
         return out
     if isinstance(value, typing.Mapping):
         return {str(k): to_wire(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_wire(v) for v in value]
     if isinstance(value, float) and math.isinf(value):
         return {"_inf": 1 if value > 0 else -1}
     return value

@@ -326,3 +326,50 @@ def test_a_late_answer_that_overfills_a_link_hands_the_overflow_back() -> None:
     assert violations(bus) == []
     assert p["d"].inflow["h"].get("a", 0.0) <= 1.5 + 1e-9
     assert sum(a.served() for a in bus.agents.values() if hasattr(a, "served")) == pytest.approx(3.0)
+
+
+def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> None:
+    """a sends to b1 and b2, both farther than d; c sends to d and is near b2, far from b1. One ask
+    offers d both of a's hops: d trades c over to b2 (the dearer trade via b1 would also pay), and
+    a takes b2's side off its table (`Reply.swapped`), not b1's."""
+    mid, near, far = Link(0.05, 1e9), Link(0.001, 1e9), Link(0.2, 1e9)
+    peers = [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b1", 1, 0.5, 0.1), ("b2", 1, 0.5, 0.1)]
+    inst = explicit(
+        3,
+        [*peers, ("d", 1, 0.5, 0.1), ("e", 2, 3.0, 0.1)],
+        [("h", 1.5)],
+        overrides={
+            ("a", "b1"): mid, ("a", "b2"): mid, ("a", "d"): near,
+            ("c", "b1"): far, ("c", "b2"): near, ("c", "d"): far,
+        },
+    )  # fmt: skip
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in ("a", "c", "b1", "b2", "d")}
+    p["a"].out["h"], p["c"].out["h"] = {"b1": 0.5, "b2": 0.5}, {"d": 0.5}
+    p["b1"].inflow["h"], p["b2"].inflow["h"], p["d"].inflow["h"] = {"a": 0.5}, {"a": 0.5}, {"c": 0.5}
+    for agent in p.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.swap_budget = 1  # a single ask
+        agent.now = bus.now
+    for x in ("b1", "b2", "d"):  # path news as the rewritten flows would give it
+        p["a"].paths[x] = Paths({}, {"h": inst.edge_cost(x, "e") + inst.edge_cost("e", "h")})
+    assert violations(bus) == []
+    asks: list[Offer] = []
+    transmit = bus.transmit
+
+    def spy(envelope: Envelope) -> None:
+        if isinstance(envelope.body, Offer) and envelope.body.swap_from is not None:
+            asks.append(envelope.body)
+        transmit(envelope)
+
+    bus.transmit = spy  # type: ignore[method-assign]
+    assert p["a"].try_swap()
+    bus.transmit = transmit  # type: ignore[method-assign]
+    assert len(asks) == 1 and {o.hop for o in asks[0].swap_options} == {"b1", "b2"}
+    assert from_wire(to_wire(Envelope("a", "d", 1, 1, asks[0]))).body == asks[0]
+    bus.run_until_quiescent()
+    assert p["a"].routes()["h"] == {"b1": pytest.approx(0.5), "d": pytest.approx(0.5)}
+    assert p["c"].routes()["h"] == {"b2": pytest.approx(0.5)}
+    assert violations(bus) == []
