@@ -1,5 +1,6 @@
 """Exchanges: two peers of a stage trade upstream senders when the four edges then cost less, or
-when the most expensive path through them gets cheaper (GWTF's min-max objective).
+when the most expensive path through them gets cheaper (GWTF's min-max objective). When no trade
+pays and the asked peer has spare capacity, the ask becomes a hand-over (swarm/flow/handover.py).
 
 With every peer's throughput fixed, the cost of a routing splits into one assignment problem per
 pair of consecutive stages (which upstream peer feeds which downstream peer), and trading
@@ -27,6 +28,7 @@ from swarm.flow.messages import (
     Cancel,
     Exchange,
     ExchangeDone,
+    HandOver,
     Moved,
     Offer,
     Reply,
@@ -100,7 +102,7 @@ class Exchanger(PathNews):
 
     def from_mate(self, body: Body) -> bool:
         # `Moved` too: a next hop we wrote off may have taken our flow over in an exchange meanwhile
-        return isinstance(body, (Exchange, ExchangeDone, Moved))
+        return isinstance(body, (Exchange, ExchangeDone, HandOver, Moved))
 
     def movable(self, h: str, u: str) -> float:
         """In-flow from u that may be returned, cancelled or moved (not held for an exchange)."""
@@ -161,10 +163,15 @@ class Exchanger(PathNews):
             used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
             if not used:
                 continue
+            farthest = max(there for _, there, _ in used) - EPS
+            dearest = max(there_worst for _, _, there_worst in used) - GAIN_S - EPS
             for d in self.targets(h):
                 if d in self.holders:
                     continue
-                here, here_worst = link(d), link(d) + onwards(h, d)
+                here = link(d)
+                here_worst = here + onwards(h, d)
+                if here >= farthest and here_worst >= dearest:
+                    continue  # neither closer nor cheaper onwards than any hop we use
                 for b, there, there_worst in used:
                     # closer (the four edges may cost less), or a cheaper worst route onwards (the
                     # most expensive path through them may get cheaper)
@@ -216,7 +223,7 @@ class Exchanger(PathNews):
         movable, holders = self.movable, self.holders
         partners = [c for c in self.inflow[h] if c != a and c not in holders and movable(h, c) > EPS]
         if not partners:
-            return False
+            return self.start_hand_over(a, msg)
         # Routes so far: a's from its bid, c's from its path news; routes onwards: b's as a heard it,
         # ours from our next hops' path news. Unknown parts count as zero.
         try:
@@ -250,7 +257,7 @@ class Exchanger(PathNews):
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option)
         if best is None:
-            return False
+            return self.start_hand_over(a, msg)
         _, c, option = best
         b = option.hop
         rate = min(option.rate, msg.rate, self.movable(h, c), self.in_room(a))
@@ -262,6 +269,13 @@ class Exchanger(PathNews):
         self.send(b, Exchange(h, rate, eid, a, c))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
+
+    def start_hand_over(self, a: str, msg: Offer) -> bool:
+        """No trade pays: hand a's flow over from b to us instead (swarm/flow/handover.py)."""
+        return False
+
+    def finish_hand_over(self, h: str, p: _Pending, moved: float, onward: str | None, late: bool) -> None:
+        """Settle our side of a hand-over b answered (or gave up on); see swarm/flow/handover.py."""
 
     def expire_exchange(self, eid: int) -> None:
         """b did not answer in time (gone, or slow): a gets a rejection and c's flow is released.
@@ -282,13 +296,16 @@ class Exchanger(PathNews):
         self.observe(msg.state)
         p = self._pending.pop(msg.exchange_id, None)
         if p is not None:
-            self._finish(msg.holder, p, min(max(msg.moved, 0.0), p.rate))
+            self._finish(msg.holder, p, min(max(msg.moved, 0.0), p.rate), msg.onward)
             return
         p = self._expired.pop(msg.exchange_id, None)
         moved = min(max(msg.moved, 0.0), p.rate) if p is not None else 0.0
         if p is None or moved <= EPS:
             return
         h = p.offer.holder  # a late answer: b did move the flows, so our side follows
+        if not p.partner:
+            self.finish_hand_over(h, p, moved, msg.onward, late=True)
+            return
         if p.partner in self.inflow[h]:
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
         if p.initiator in self.prev:
@@ -309,7 +326,10 @@ class Exchanger(PathNews):
             self.inflow[h][u] -= rate
             self.send(u, Return(h, rate, self.state()))
 
-    def _finish(self, h: str, p: _Pending, moved: float) -> None:
+    def _finish(self, h: str, p: _Pending, moved: float, onward: str | None = None) -> None:
+        if not p.partner:  # a hand-over (no partner in-flow was held)
+            self.finish_hand_over(h, p, moved, onward, late=False)
+            return
         key = (h, p.partner)
         self._held[key] = self._held.get(key, 0.0) - p.rate
         if self._held[key] <= EPS:
@@ -330,7 +350,7 @@ class Exchanger(PathNews):
         """The peers of the exchanges we (as d) are waiting on: us, the initiators, mates, partners."""
         parties: set[str] = set()
         for p in self._pending.values():
-            parties |= {self.id, p.initiator, p.mate, p.partner}
+            parties |= {self.id, p.initiator, p.mate, p.partner} - {""}
         return parties
 
     def drop_exchanges(self, node: str) -> None:

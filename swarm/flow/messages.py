@@ -143,9 +143,51 @@ class Exchange:
 
 @dataclass(frozen=True)
 class ExchangeDone:
-    """How much of an exchange was applied (less when the sender's flow had shrunk meanwhile)."""
+    """How much of an exchange was applied (less when the sender's flow had shrunk meanwhile).
+    After a `HandOver`, `onward` is the next hop the handed-over flow runs to from now on."""
 
     exchange_id: int
+    holder: str
+    moved: float
+    state: State
+    onward: str | None = None
+
+
+@dataclass(frozen=True)
+class HandOver:
+    """From a peer d with spare capacity to a stage mate b: hand up to `rate` of `sender`'s in-flow
+    over to d, which forwards it to one of b's own next hops (b picks it), so that only b's and d's
+    throughputs change. `arrival`: the sender's worst route from the holder (without the edge to
+    us); `label`, `inbound`, `onwards`: d's label, worst route so far and worst route onwards, for b
+    to judge whether the new path through d pays (see `Exchanger.on_hand_over`)."""
+
+    holder: str
+    rate: float
+    exchange_id: int
+    sender: str
+    arrival: float
+    label: int
+    inbound: float
+    onwards: float
+
+
+@dataclass(frozen=True)
+class HandOff:
+    """From b to its next hop z (a hand-over, see `HandOver`): take up to `rate` of your in-flow
+    from me as in-flow from `sender` (b's stage mate d) from now on; z's throughput does not change.
+    Only z, the receiving end of the edge b -> z, moves it, and answers with `HandOffDone`."""
+
+    holder: str
+    rate: float
+    handoff_id: int
+    sender: str
+
+
+@dataclass(frozen=True)
+class HandOffDone:
+    """How much of a `HandOff` z applied (less when b's flow to z had shrunk meanwhile)."""
+
+    handoff_id: int
     holder: str
     moved: float
     state: State
@@ -201,7 +243,22 @@ class NeighbourJoined:
     stage: int
 
 
-Body = Offer | Reply | Return | Cancel | CancelDone | Exchange | ExchangeDone | Moved | Announce | Paths | Ack
+Body = (
+    Offer
+    | Reply
+    | Return
+    | Cancel
+    | CancelDone
+    | Exchange
+    | ExchangeDone
+    | HandOver
+    | HandOff
+    | HandOffDone
+    | Moved
+    | Announce
+    | Paths
+    | Ack
+)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
-from swarm.flow.exchange import Exchanger
+from swarm.flow.handover import HandOvers
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -23,6 +23,9 @@ from swarm.flow.messages import (
     CancelDone,
     Exchange,
     ExchangeDone,
+    HandOff,
+    HandOffDone,
+    HandOver,
     Moved,
     Offer,
     Reply,
@@ -40,7 +43,7 @@ REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flo
 FIRST_MOVES = 2
 
 
-class PeerAgent(Exchanger):
+class PeerAgent(HandOvers):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -64,13 +67,14 @@ class PeerAgent(Exchanger):
         self._labels_fresh = False  # labels were just recomputed by on_offer
         self._returned = False  # settle() handed flow back upstream
         self.init_exchanges()
+        self.init_hand_overs()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
         return sum(sum(f.values()) for f in self.inflow.values())
 
     def spare(self) -> float:
-        return max(0.0, self.capacity - self.carried())
+        return max(0.0, self.capacity - self.carried() - self.reserved)
 
     def in_room(self, u: str) -> float:
         """What the link from sender u can still bring us (inf unless links are limited)."""
@@ -196,6 +200,12 @@ class PeerAgent(Exchanger):
             self.on_exchange_done(src, body)
         elif isinstance(body, Moved):
             self.on_moved(src, body)
+        elif isinstance(body, HandOver):
+            self.on_hand_over(src, body)
+        elif isinstance(body, HandOff):
+            self.on_hand_off(src, body)
+        elif isinstance(body, HandOffDone):
+            self.on_hand_off_done(src, body)
 
     def on_offer(self, src: str, msg: Offer) -> None:
         """Accept up to spare capacity if we are below the sender; otherwise reject with our state."""
@@ -300,6 +310,7 @@ class PeerAgent(Exchanger):
             self.bids[h].pop(node, None)
         self.forget_target(node)
         self.drop_exchanges(node)
+        self.drop_hand_offs(node)
         self.forget_paths(node)
         self.budget = self.preempts = REPAIR_MOVES if lost else 0
         if lost:

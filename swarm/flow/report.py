@@ -12,7 +12,7 @@ from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
-from swarm.flow.messages import Exchange, ExchangeDone, Moved, Offer, Reply
+from swarm.flow.messages import Exchange, ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 
@@ -55,13 +55,17 @@ def exchanging(bus: MessageBus) -> set[str]:
     busy: set[str] = set()
     for agent in bus.agents.values():
         if isinstance(agent, PeerAgent):
-            busy |= agent.exchange_parties()
+            busy |= agent.exchange_parties() | agent.hand_off_parties()
     for envelope in bus.in_flight():
         body = envelope.body
         answer = isinstance(body, Reply) and body.exchanged > 0
         ask = isinstance(body, Offer) and body.swap_from is not None
-        if answer or ask or isinstance(body, (Exchange, ExchangeDone, Moved)):
+        if answer or ask or isinstance(body, (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone)):
             busy |= {envelope.src, envelope.dst}
+        if isinstance(body, ExchangeDone) and body.onward is not None:
+            busy.add(body.onward)  # a hand-over: d starts sending to b's next hop on arrival
+        if isinstance(body, HandOff):
+            busy.add(body.sender)
         if answer:  # the initiator's old hop (its offer's `old`) let go already
             asked = bus.agents.get(envelope.dst)
             entry = asked.offers.get(body.offer_id) if asked is not None else None

@@ -17,7 +17,15 @@ import msgpack
 
 from swarm.flow.holder_agent import HolderAgent
 from swarm.flow.instance import Link, geo_matrix, known_region, link_cost, link_rate
-from swarm.flow.messages import INF, Envelope, Exchange, ExchangeDone, NeighbourGone, NeighbourJoined
+from swarm.flow.messages import (
+    INF,
+    Envelope,
+    Exchange,
+    ExchangeDone,
+    HandOver,
+    NeighbourGone,
+    NeighbourJoined,
+)
 from swarm.flow.node import Node as Agent
 from swarm.flow.peer import PeerAgent
 from swarm.node import SwarmNode
@@ -137,7 +145,7 @@ class LiveFlow:
             raise WireError("flow message must be an envelope")
         if envelope.src != sender.to_base58() or envelope.dst != self.node.peer_id:
             raise WireError("flow envelope names another sender or addressee")
-        mate = envelope.src in self.mates and isinstance(envelope.body, (Exchange, ExchangeDone))
+        mate = envelope.src in self.mates and isinstance(envelope.body, (Exchange, ExchangeDone, HandOver))
         if self.agent is None or (envelope.src not in self.neighbours and not mate):
             # Not (yet) a neighbour in our DHT view: refuse without acknowledging, so the sender
             # retransmits once we have seen its record, instead of it being dropped for good.

@@ -15,7 +15,19 @@ from swarm.flow.check import violations
 from swarm.flow.exchange import SWAP_REFUND, SWAP_REFUND_MAX
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
-from swarm.flow.messages import Envelope, Exchange, ExchangeDone, Moved, Offer, Paths, Reply, State
+from swarm.flow.messages import (
+    Envelope,
+    Exchange,
+    ExchangeDone,
+    HandOff,
+    HandOffDone,
+    HandOver,
+    Moved,
+    Offer,
+    Paths,
+    Reply,
+    State,
+)
 from swarm.flow.peer import PeerAgent
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
@@ -190,24 +202,32 @@ def test_no_trade_when_it_does_not_pay() -> None:
 @pytest.mark.parametrize("seed,loss", [(2, 0.0), (5, 0.0), (7, 0.05)])
 def test_exchanges_keep_every_throughput(seed: int, loss: float) -> None:
     """On random geo swarms (with message loss), an exchange message never changes the carried
-    rate of the peer that handles it, and the protocol still ends at the exact maximum flow."""
+    rate of the peer that handles it, except that a hand-over moves throughput from b to d (b's
+    in-flow and out-flow fall by the same rate when z answers, d's rise when b answers), and the
+    protocol still ends at the exact maximum flow."""
     from swarm.flow import cost
     from swarm.flow.reference import max_flow_value
 
     inst = random_instance(60, 5, 1, seed)
     bus = MessageBus(inst, seed=seed, loss=loss)
-    seen = {"exchanges": 0}
+    seen = {"exchanges": 0, "hand-overs": 0}
     handle = PeerAgent.handle
 
     def checked(self: PeerAgent, src: str, body) -> None:
-        if not isinstance(body, (Exchange, ExchangeDone, Moved)):
+        if not isinstance(body, (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone)):
             return handle(self, src, body)
         carried = self.carried()
         sending = {h: sum(out.values()) for h, out in self.out.items()}
         handle(self, src, body)
         seen["exchanges"] += isinstance(body, Exchange)
+        seen["hand-overs"] += isinstance(body, HandOffDone) and body.moved > 0
+        now = {h: sum(out.values()) for h, out in self.out.items()}
+        if isinstance(body, HandOffDone) or (isinstance(body, ExchangeDone) and body.onward is not None):
+            shift = self.carried() - carried  # b (< 0) or d (> 0): in and out move together
+            assert sum(now.values()) - sum(sending.values()) == pytest.approx(shift, abs=1e-9)
+            return
         assert self.carried() == pytest.approx(carried, abs=1e-9)
-        assert {h: sum(out.values()) for h, out in self.out.items()} == pytest.approx(sending, abs=1e-9)
+        assert now == pytest.approx(sending, abs=1e-9)
 
     PeerAgent.handle = checked  # type: ignore[method-assign]
     try:
@@ -373,3 +393,50 @@ def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> No
     assert p["a"].routes()["h"] == {"b1": pytest.approx(0.5), "d": pytest.approx(0.5)}
     assert p["c"].routes()["h"] == {"b2": pytest.approx(0.5)}
     assert violations(bus) == []
+
+
+def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_hop() -> None:
+    """a -> b -> z, where a -> b is far; b's stage mate d (c -> d -> z) has spare and is near a and
+    z. The last stage (z) is full, so no move is admissible, and no trade pays (a -> d, c -> b costs
+    what a -> b, c -> d costs). The ask to d becomes a hand-over: z takes that flow from d instead
+    of b (its throughput does not change), b's throughput goes to d, the worst path gets cheaper."""
+    near, far = Link(0.001, 1e9), Link(0.2, 1e9)
+    peers = [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1)]
+    peers += [("d", 1, 2.0, 0.1), ("z", 2, 2.0, 0.1)]
+    links = {("a", "b"): far, ("a", "d"): near, ("c", "b"): far, ("c", "d"): near, ("b", "z"): near}
+    inst = explicit(3, peers, [("h", 2.0)], overrides={**links, ("d", "z"): near})
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in "abcdz"}
+    p["a"].out["h"], p["c"].out["h"] = {"b": 1.0}, {"d": 1.0}
+    p["b"].out["h"], p["d"].out["h"] = {"z": 1.0}, {"z": 1.0}
+    p["b"].inflow["h"], p["d"].inflow["h"], p["z"].inflow["h"] = {"a": 1.0}, {"c": 1.0}, {"b": 1.0, "d": 1.0}
+    for agent in p.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.swap_budget = 1
+        agent.now = bus.now
+        agent.relabel()
+    assert violations(bus) == []
+    worst_before = cost.max_path_cost(inst, bus.routes())
+    seen: list[str] = []
+    transmit = bus.transmit
+
+    def spy(envelope: Envelope) -> None:
+        seen.append(type(envelope.body).__name__)
+        transmit(envelope)
+
+    bus.transmit = spy  # type: ignore[method-assign]
+    assert p["a"].try_swap()
+    bus.run_until_quiescent()
+    assert {"HandOver", "HandOff", "HandOffDone"} <= set(seen)
+    assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+    assert p["d"].routes()["h"] == {"z": pytest.approx(2.0)}
+    assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
+    assert {u: r for u, r in p["z"].inflow["h"].items() if r > 1e-9} == {"d": pytest.approx(2.0)}
+    assert violations(bus) == []
+    assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.1
+    for body in (HandOver("h", 1.0, 3, "a", 0.2, 4, 0.1, 0.3), HandOff("h", 1.0, 5, "d")):
+        assert from_wire(to_wire(Envelope("d", "b", 2, 1, body))).body == body
+    done = HandOffDone(5, "h", 1.0, p["z"].state())
+    assert from_wire(to_wire(Envelope("z", "b", 2, 1, done))).body == done

@@ -1,0 +1,214 @@
+"""Hand-overs: a stage mate with spare capacity takes over part of a peer's flow, and the flow keeps
+its next hop.
+
+At the maximum flow the bottleneck stage is full, so no route to the sink has spare capacity and no
+improvement move is admissible; exchanges only trade two in-flows (cycles of four edges). A dear
+sliver of flow on the worst path therefore stays put: on 10 x 50 (README) the worst path runs
+through 0.069 microbatches/s on s3p6 -> s4p0 -> s5p1 -> s6p1 while s4p8 and s5p0 have room.
+
+A hand-over moves a's flow u -> b -> z to b's stage mate d: a -> d -> z. z's in-flow only changes
+sender, so only b's and d's throughputs change and nothing ripples past the four peers. Chained,
+hand-overs make the longer cycles (two remove the sliver above). Offline, greedy hand-overs with
+exact path costs took the README's 10 x 50 from max path / opt 1.108 to 1.036 and 4 x 120 from
+1.155 to 1.082.
+
+Roles: a asks d for an exchange (`Offer.swap_from` = b); when no trade pays and d has spare
+capacity, d reserves it and asks b (`HandOver`). b picks the next hop z for which the most
+expensive path through the new edges a -> d -> z is cheapest, by the exchange rule (the edges cost
+less and that path gets no dearer, or the path gets cheaper by more than the edges get dearer);
+it hands the flow over, tells z (`HandedOver`) and answers d (`ExchangeDone(onward=z)`); d answers
+a (`Reply(exchanged=..., swapped=b)`). With limited links there are no hand-overs (b cannot see
+the room on d's links).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from swarm.flow.exchange import ANSWER_WAIT, GAIN_S, WORST_PATH_PRICE, Exchanger, _Pending
+from swarm.flow.messages import ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
+from swarm.flow.news import EPS
+
+
+@dataclass
+class _HandOff:
+    """A hand-over this peer (as b) asked its next hop z for: a's flow held aside meanwhile."""
+
+    mate: str  # d
+    exchange_id: int  # d's id of it
+    holder: str
+    sender: str  # a
+    onward: str  # z
+    rate: float
+
+
+# Hand-overs a peer (as d) may start, again after churn: each moves throughput, so b and d announce.
+# On three sweeps (`swarm bench flow-sweep --instances 30 --seed 0/1/2`): 4 gave a max path 1.023x
+# the min-cost flow's (mean; 55 of 90 within 5%), 16 gives 1.019x (56) and the mean path within 10%
+# on 76 (71), at 300 messages per peer (260); unbounded 1.016x (58), 78, 370, but it took 1,000 x 16
+# seed 2 from 50 s to 87 s (1,062 messages per peer instead of 765).
+HAND_OVERS = 16
+
+
+class HandOvers(Exchanger):
+    """The hand-over roles of a stage peer (d: takes the flow over, b: hands it over, z: its next
+    hop); `PeerAgent` supplies the in-flows, labels and capacity."""
+
+    capacity: float
+
+    def init_hand_overs(self) -> None:
+        self.reserved = 0.0  # capacity held for hand-overs we (as d) are waiting on
+        self.hand_overs = HAND_OVERS  # hand-overs we (as d) may still start
+        self._handing: dict[int, _HandOff] = {}  # hand-offs we (as b) wait on z for
+
+    def reset_exchanges(self) -> None:
+        super().reset_exchanges()
+        self.hand_overs = HAND_OVERS
+
+    # ------------------------------------------------------------------ d
+    def start_hand_over(self, a: str, msg: Offer) -> bool:
+        """a asked us for a trade that nobody pays for: with spare capacity, reserve it and ask b
+        (the hop a ranked first for us) to hand a's flow over. False: reject the ask."""
+        h = msg.holder
+        spare = self.spare()
+        if self.link_limits or spare <= EPS or not msg.swap_options or self.last or self.hand_overs <= 0:
+            return False
+        option = msg.swap_options[0]  # the hop a ranked first for us
+        rate = min(option.rate, msg.rate, spare)
+        b = option.hop
+        if b == self.id or rate <= EPS:
+            return False
+        up_a = (msg.bid - self.env.cost(a, self.id)) if msg.bid is not None else 0.0
+        self.reserved += rate
+        self.hand_overs -= 1
+        eid = self._new_id()
+        self._pending[eid] = _Pending(a, msg, "", rate, b)
+        inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
+        self.send(b, HandOver(h, rate, eid, a, up_a, self.label(h), inbound, onwards))
+        self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
+        return True
+
+    def finish_hand_over(self, h: str, p: _Pending, moved: float, onward: str | None, late: bool) -> None:
+        """b handed `moved` of a's flow over to us, to run on to `onward` (or nothing: `moved` 0)."""
+        if not late:
+            self.reserved = max(0.0, self.reserved - p.rate)
+        if moved > EPS and onward is not None and onward in self.next:
+            self.out[h][onward] = self.out[h].get(onward, 0.0) + moved
+            self.flows_moved()
+            self._worst_cache.clear()
+            if p.initiator in self.prev:
+                self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
+                if p.offer.bid is not None:
+                    self.bids[h][p.initiator] = p.offer.bid
+        else:
+            moved = 0.0  # (z left meanwhile: b's side goes when b hears it; ours has nothing)
+        if p.initiator not in self.prev:
+            return  # a left: the flow we now send on has no sender, cancel_deficit withdraws it
+        self.relabel()
+        if late:
+            if moved > EPS:
+                self.send(p.initiator, Moved(h, moved, p.mate, self.state()))
+            return
+        reply = Reply(p.offer.offer_id, h, moved, self.state(), exchanged=moved, swapped=p.mate)
+        self.send(p.initiator, reply)
+
+    # ------------------------------------------------------------------ b
+    def on_hand_over(self, src: str, msg: HandOver) -> None:
+        """d offers to carry some of a's flow through us on to one of our next hops z: if that pays
+        for some z, hold a's flow aside and ask z to take it from d instead (only z moves the edge
+        b -> z); otherwise answer d that nothing moved."""
+        h, a, d = msg.holder, msg.sender, src
+        rate, z = 0.0, None
+        if h in self.inflow and a in self.prev and not self.link_limits:
+            rate = min(msg.rate, self.movable(h, a))
+            z = self._hand_over_hop(h, a, d, msg) if rate > EPS else None
+        if z is None:
+            self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
+            return
+        rate = min(rate, self.out[h][z])
+        self._held[(h, a)] = self._held.get((h, a), 0.0) + rate
+        hid = self._new_id()
+        self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate)
+        self.send(z, HandOff(h, rate, hid, d))  # (no timer: z answers or leaves, see drop_hand_offs)
+
+    def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver) -> str | None:
+        """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays)."""
+        cost, me = self.env.cost, self.id
+        try:
+            ab, ad = cost(a, me), cost(a, d)
+        except Exception:  # noqa: BLE001 - a or d left the instance
+            return None
+        up_a = msg.arrival
+        best: tuple[float, str] | None = None
+        for z, r in self.out[h].items():
+            if r <= EPS or z in self.holders or z not in self.next:
+                continue
+            if msg.label + 1 < self.view_label(z, h):
+                continue  # d replaces us as z's sender: z's label must not drop
+            try:
+                bz, dz = cost(me, z), cost(d, z)
+            except Exception:  # noqa: BLE001 - z left the instance
+                continue
+            onwards = self.worst_of(h, z)
+            before = up_a + ab + bz + onwards
+            via_d = up_a + ad + max(msg.onwards, dz + onwards)  # a's paths through d
+            into_z = max(msg.inbound, up_a + ad) + dz + onwards  # paths over the new edge d -> z
+            delta, rise = ad + dz - ab - bz, max(via_d, into_z) - before
+            pays = (delta < -GAIN_S and rise <= EPS) or (rise < -GAIN_S and delta <= -WORST_PATH_PRICE * rise)
+            if pays and (best is None or delta + rise < best[0]):
+                best = (delta + rise, z)
+        return best[1] if best is not None else None
+
+    def on_hand_off_done(self, src: str, msg: HandOffDone) -> None:
+        """z moved `moved` of our flow to d: a's flow goes with it, and d hears where it runs."""
+        self.observe(msg.state)
+        p = self._handing.pop(msg.handoff_id, None)
+        if p is None:
+            return
+        self._release(p)
+        moved = min(max(msg.moved, 0.0), p.rate)
+        h = p.holder
+        if moved > EPS:
+            self.inflow[h][p.sender] = max(0.0, self.inflow[h].get(p.sender, 0.0) - moved)
+            self.out[h][p.onward] = self.out[h].get(p.onward, 0.0) - moved
+            self.flows_moved()
+            self._worst_cache.clear()
+        self.send(p.mate, ExchangeDone(p.exchange_id, h, moved, self.state(), onward=p.onward))
+
+    def _release(self, p: _HandOff) -> None:
+        key = (p.holder, p.sender)
+        self._held[key] = self._held.get(key, 0.0) - p.rate
+        if self._held[key] <= EPS:
+            del self._held[key]
+
+    def drop_hand_offs(self, node: str) -> None:
+        """A peer left: hand-offs waiting on it (as z) end unapplied; d hears that nothing moved."""
+        for hid in [k for k, p in self._handing.items() if p.onward == node]:
+            p = self._handing.pop(hid)
+            self._release(p)
+            self.send(p.mate, ExchangeDone(p.exchange_id, p.holder, 0.0, self.state()))
+
+    def hand_off_parties(self) -> set[str]:
+        """The peers of hand-offs we (as b) are waiting on: us, d, a and z."""
+        parties: set[str] = set()
+        for p in self._handing.values():
+            parties |= {self.id, p.mate, p.sender, p.onward}
+        return parties
+
+    # ------------------------------------------------------------------ z
+    def on_hand_off(self, src: str, msg: HandOff) -> None:
+        """Our sender b hands some of its flow to us over to its stage mate d."""
+        h, d = msg.holder, msg.sender
+        moved = 0.0
+        if h in self.inflow and d in self.prev and d != src:
+            moved = min(msg.rate, self.movable(h, src))
+        if moved > EPS:
+            self.inflow[h][src] -= moved
+            self.inflow[h][d] = self.inflow[h].get(d, 0.0) + moved
+            self.bids[h].pop(d, None)
+        else:
+            moved = 0.0
+        self.send(src, HandOffDone(msg.handoff_id, h, moved, self.state()))
+
+
+__all__ = ["HandOvers"]
