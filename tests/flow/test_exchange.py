@@ -5,7 +5,9 @@ answer is still applied on both sides."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 
@@ -36,6 +38,33 @@ from tests.flow.conftest import explicit
 NEAR, FAR = Link(0.001, 1e9), Link(0.2, 1e9)
 
 
+def rewritten(bus: MessageBus, agents: dict[str, PeerAgent], budget: int) -> None:
+    """After flows were rewritten by hand: drop the agents' cached route costs and tried trades,
+    give each `budget` exchange asks and the bus's clock."""
+    for agent in agents.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.swap_budget = budget
+        agent.now = bus.now
+
+
+@contextlib.contextmanager
+def recorded(bus: MessageBus) -> Iterator[list[Envelope]]:
+    """Every envelope the bus transmits while the block runs."""
+    sent: list[Envelope] = []
+    transmit = bus.transmit
+
+    def spy(envelope: Envelope) -> None:
+        sent.append(envelope)
+        transmit(envelope)
+
+    bus.transmit = spy  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        bus.transmit = transmit  # type: ignore[method-assign]
+
+
 def crossed() -> tuple[MessageBus, dict[str, PeerAgent]]:
     """Stage 0 = {a, c}, stage 1 = {b, d}, stage 2 = {e}; a-d and c-b are near, a-b and c-d far.
     The converged routing is rewritten by hand into the crossed one: a->b, c->d."""
@@ -53,11 +82,7 @@ def crossed() -> tuple[MessageBus, dict[str, PeerAgent]]:
     p["c"].out["h"] = {"d": 1.0}
     p["b"].inflow["h"] = {"a": 1.0}
     p["d"].inflow["h"] = {"c": 1.0}
-    for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.swap_budget = 4
-        agent.now = bus.now
+    rewritten(bus, p, budget=4)
     assert violations(bus) == []
     return bus, p
 
@@ -144,11 +169,8 @@ def worst_path_trade(extra_s: float = 0.0) -> tuple[MessageBus, dict[str, PeerAg
         p[n].out["h"] = dict(out)
     p["b"].inflow["h"], p["d"].inflow["h"] = {"a": 1.0}, {"c": 1.0}
     p["e"].inflow["h"], p["f"].inflow["h"] = {"b": 1.0}, {"d": 1.0}
+    rewritten(bus, p, budget=4)
     for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.swap_budget = 4
-        agent.now = bus.now
         agent.disturbed()
         agent.announce()
     assert violations(bus) == []
@@ -368,25 +390,13 @@ def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> No
     p = {n: bus.agents[n] for n in ("a", "c", "b1", "b2", "d")}
     p["a"].out["h"], p["c"].out["h"] = {"b1": 0.5, "b2": 0.5}, {"d": 0.5}
     p["b1"].inflow["h"], p["b2"].inflow["h"], p["d"].inflow["h"] = {"a": 0.5}, {"a": 0.5}, {"c": 0.5}
-    for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.swap_budget = 1  # a single ask
-        agent.now = bus.now
+    rewritten(bus, p, budget=1)  # a single ask
     for x in ("b1", "b2", "d"):  # path news as the rewritten flows would give it
         p["a"].paths[x] = Paths({}, {"h": inst.edge_cost(x, "e") + inst.edge_cost("e", "h")})
     assert violations(bus) == []
-    asks: list[Offer] = []
-    transmit = bus.transmit
-
-    def spy(envelope: Envelope) -> None:
-        if isinstance(envelope.body, Offer) and envelope.body.swap_from is not None:
-            asks.append(envelope.body)
-        transmit(envelope)
-
-    bus.transmit = spy  # type: ignore[method-assign]
-    assert p["a"].try_swap()
-    bus.transmit = transmit  # type: ignore[method-assign]
+    with recorded(bus) as sent:
+        assert p["a"].try_swap()
+    asks = [e.body for e in sent if isinstance(e.body, Offer) and e.body.swap_from is not None]
     assert len(asks) == 1 and {o.hop for o in asks[0].swap_options} == {"b1", "b2"}
     assert from_wire(to_wire(Envelope("a", "d", 1, 1, asks[0]))).body == asks[0]
     bus.run_until_quiescent()
@@ -411,25 +421,15 @@ def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_ho
     p["a"].out["h"], p["c"].out["h"] = {"b": 1.0}, {"d": 1.0}
     p["b"].out["h"], p["d"].out["h"] = {"z": 1.0}, {"z": 1.0}
     p["b"].inflow["h"], p["d"].inflow["h"], p["z"].inflow["h"] = {"a": 1.0}, {"c": 1.0}, {"b": 1.0, "d": 1.0}
+    rewritten(bus, p, budget=1)
     for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.swap_budget = 1
-        agent.now = bus.now
         agent.relabel()
     assert violations(bus) == []
     worst_before = cost.max_path_cost(inst, bus.routes())
-    seen: list[str] = []
-    transmit = bus.transmit
-
-    def spy(envelope: Envelope) -> None:
-        seen.append(type(envelope.body).__name__)
-        transmit(envelope)
-
-    bus.transmit = spy  # type: ignore[method-assign]
-    assert p["a"].try_swap()
-    bus.run_until_quiescent()
-    assert {"HandOver", "HandOff", "HandOffDone"} <= set(seen)
+    with recorded(bus) as sent:
+        assert p["a"].try_swap()
+        bus.run_until_quiescent()
+    assert {"HandOver", "HandOff", "HandOffDone"} <= {type(e.body).__name__ for e in sent}
     assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
     assert p["d"].routes()["h"] == {"z": pytest.approx(2.0)}
     assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
