@@ -11,12 +11,12 @@ import heapq
 import itertools
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from swarm.flow.cost import EPS
 from swarm.flow.holder_agent import HolderAgent
-from swarm.flow.instance import HolderSpec, Instance, InstanceError, PeerSpec
+from swarm.flow.instance import HolderSpec, Instance, InstanceError, Link, PeerSpec
 from swarm.flow.messages import Ack, Envelope, NeighbourGone, NeighbourJoined
 from swarm.flow.peer import FIRST_MOVES, PeerAgent
 
@@ -191,15 +191,21 @@ class MessageBus:
         spec = self.instance.node(peer_id)
         if not isinstance(spec, PeerSpec):
             raise InstanceError(f"{peer_id!r} is not a stage peer")
-        self.instance = self.instance.replace(peers=[p for p in self.instance.peers if p.id != peer_id])
+        inst = self.instance
+        links = {pair: link for pair, link in inst.explicit_links.items() if peer_id not in pair}
+        self.instance = inst.replace(peers=[p for p in inst.peers if p.id != peer_id], explicit_links=links)
         agent = self.agents.pop(peer_id)
         for other in sorted(agent.prev | agent.next):
             if other in self.agents:
                 self.agents[other].notify(NeighbourGone(peer_id), self.now)
 
-    def add_peer(self, spec: PeerSpec) -> None:
-        """A peer joins: the adjacent stages discover it, it announces itself and is pushed to."""
-        self.instance = self.instance.replace(peers=[*self.instance.peers, spec])
+    def add_peer(self, spec: PeerSpec, links: Mapping[tuple[str, str], Link] | None = None) -> None:
+        """A peer joins: the adjacent stages discover it, it announces itself and is pushed to.
+        `links` are its explicit links (required where the instance gives links per pair)."""
+        inst = self.instance
+        self.instance = inst.replace(
+            peers=[*inst.peers, spec], explicit_links={**inst.explicit_links, **(links or {})}
+        )
         for other in self.agents.values():
             other.forget_costs(spec.id)  # the id may have served before, elsewhere
         agent = self._make_peer(spec)

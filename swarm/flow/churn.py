@@ -31,6 +31,10 @@ def churn(bus: MessageBus, fraction: float, seed: int = 0) -> tuple[list[str], l
     added = []
     for i in range(len(removed)):
         spec = random_peer(bus.instance, rng, f"new{seed}_{i}")
-        bus.add_peer(spec)
+        links = None
+        if not bus.instance.geo:  # links given per pair: the newcomer stands where a stage mate stands
+            mate = rng.choice(sorted(alive[spec.stage]))
+            links = bus.instance.links_like(mate, spec.id)
+        bus.add_peer(spec, links)
         added.append(spec.id)
     return removed, added

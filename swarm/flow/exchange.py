@@ -159,14 +159,15 @@ class Exchanger(PathNews):
             return False
         options: list[tuple[float, str, str, str]] = []
         tried, link, onwards = self._swap_tried, self.link, self.worst_of
-        for h in self.holders:
+        holders = self.holders
+        for h in holders:
             used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
             if not used:
                 continue
             farthest = max(there for _, there, _ in used) - EPS
             dearest = max(there_worst for _, _, there_worst in used) - GAIN_S - EPS
             for d in self.targets(h):
-                if d in self.holders:
+                if d in holders:
                     continue
                 here = link(d)
                 here_worst = here + onwards(h, d)
@@ -175,10 +176,17 @@ class Exchanger(PathNews):
                 for b, there, there_worst in used:
                     # closer (the four edges may cost less), or a cheaper worst route onwards (the
                     # most expensive path through them may get cheaper)
-                    gain = min(here - there, here_worst - there_worst + GAIN_S)
+                    gain = here - there
+                    other = here_worst - there_worst + GAIN_S
+                    if other < gain:
+                        gain = other
                     if gain < -EPS and b != d and (h, b, d) not in tried:
                         options.append((gain, h, b, d))
         options.sort()
+        # one ask offers d several of our hops to trade with (those the scan found worth it, best first)
+        hops_for: dict[tuple[str, str], list[str]] = {}
+        for _, h, b, d in options:
+            hops_for.setdefault((h, d), []).append(b)
         asked: set[str] = set()
         for _, h, b, d in options:
             if len(asked) >= min(SWAP_BATCH, self.swap_budget):
@@ -186,8 +194,7 @@ class Exchanger(PathNews):
             if d in asked:
                 continue
             asked.add(d)
-            # one ask offers d several of our hops to trade with (those the scan found worth it)
-            hops = [x for _, g, x, e in options if g == h and e == d and (h, x, d) not in tried][:WIDE_ASKS]
+            hops = hops_for[(h, d)][:WIDE_ASKS]
             tried.update((h, x, d) for x in hops)
             room = self.room(d)
             rates = [(x, min(self.out[h][x], room)) for x in hops]

@@ -185,17 +185,27 @@ class Instance:
         *,
         peers: Sequence[PeerSpec] | None = None,
         holders: Sequence[HolderSpec] | None = None,
+        explicit_links: Mapping[tuple[str, str], Link] | None = None,
     ) -> Instance:
-        """A new instance with other peers or holders (churn), same links and shape."""
+        """A new instance with other peers, holders or links (churn), same shape."""
         return Instance(
             stages=self.stages,
             activation_bytes=self.activation_bytes,
             holders=tuple(self.holders if holders is None else holders),
             peers=tuple(self.peers if peers is None else peers),
             geo=self.geo,
-            explicit_links=dict(self.explicit_links),
+            explicit_links=dict(self.explicit_links if explicit_links is None else explicit_links),
             link_capacity=self.link_capacity,
         )
+
+    def links_like(self, mate: str, newcomer: str) -> dict[tuple[str, str], Link]:
+        """The explicit links of `mate`, copied for `newcomer`: where links are given per pair (not by
+        region), a peer that joins churn scenarios stands where a stage mate stands."""
+        copied = {}
+        for (a, b), link in self.explicit_links.items():
+            if mate in (a, b):
+                copied[(newcomer if a == mate else a, newcomer if b == mate else b)] = link
+        return copied
 
     # -------------------------------------------------------------- validation
     def validate(self) -> None:

@@ -72,6 +72,40 @@ def test_instance_file_with_churn(tmp_path) -> None:
     assert out["churn"]["flow"] == pytest.approx(out["churn"]["optimal_flow"], abs=1e-5)
 
 
+LINKED = {
+    "stages": 2,
+    "activation_bytes": 2**20,
+    "holders": [{"id": "h0", "demand": 4.0, "compute_s": 0.01}],
+    "peers": [{"id": f"p{i}", "stage": i // 2, "capacity": 2.0, "compute_s": 0.1} for i in range(4)],
+    "links": [
+        {"a": a, "b": b, "latency_ms": ms, "bandwidth_mb_s": 100}
+        for a, b, ms in [
+            ("h0", "p0", 5),
+            ("h0", "p1", 20),
+            ("p0", "p2", 5),
+            ("p0", "p3", 30),
+            ("p1", "p2", 30),
+            ("p1", "p3", 5),
+            ("p2", "h0", 5),
+            ("p3", "h0", 5),
+        ]
+    ],
+}
+
+
+def test_churn_on_an_instance_with_a_link_list(tmp_path) -> None:
+    """Links given per pair: a leaver's links go with it, a newcomer gets a stage mate's links (it
+    used to fail with "link names unknown node")."""
+    path = tmp_path / "inst.json"
+    path.write_text(json.dumps(LINKED))
+    res = run("--instance", str(path), "--json", "--churn", "0.5", "--seed", "3")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["churn"]["removed"] == out["churn"]["added"] == 2
+    assert out["churn"]["flow"] == pytest.approx(out["churn"]["optimal_flow"], abs=1e-5)
+    assert out["churn"]["violations"] == 0
+
+
 def test_plain_text_output() -> None:
     res = run("--random", "--peers", "4", "--stages", "2", "--seed", "1")
     assert res.exit_code == 0
