@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swarm.flow.ask_budget import SWAP_BATCH, SWAP_REFUND, SWAP_REFUND_MAX, swap_budget
 from swarm.flow.messages import (
     Body,
     Cancel,
@@ -38,21 +39,6 @@ from swarm.flow.messages import (
 from swarm.flow.news import EPS
 from swarm.flow.path_news import PathNews
 
-# Nine in ten asks are refused (the initiator cannot see which in-flow d could trade), so the budget
-# is what buys path quality. On `swarm bench flow-sweep --instances 30`, 2 / 40 gave a max path
-# 1.125x the min-cost flow's (median; 11 of 30 within 5%) at 117 messages per peer, 8 / 80 gives
-# 1.06x (13 of 30) at 177; 16 / 400 gave 1.03x but took 1,000 x 16 from 36 s to 108 s. Refunds put
-# the asks where trades are made: on three sweeps (seeds 0/1/2, 90 instances) 8 / 80 with 4 asks back
-# per trade made, at most 40 back, gives a max path 1.052x (mean; 49 of 90 within 5%, 43 without
-# refunds) at 217 messages per peer (198), about what 12 / 120 without refunds gives (1.047x, 49, 239
-# messages). Up to 80 back gave the same (1.050x, 49) but took 1,000 x 16 seed 2 from 39 s to 55 s
-# (615 -> 635 messages per peer; 47 s with at most 40 back); refunds that only fill a peer's budget
-# up to 80 gave nothing (1.059x, 44): the trades pay where the budget was already 80.
-SWAP_TRIES = 8  # exchange attempts per next hop (an initiator's budget: len(next) x this)
-SWAP_BATCH = 4  # exchanges asked for at once
-SWAP_REFUND = 4  # asks given back per exchange made (asks go where trades are made) ...
-SWAP_REFUND_MAX = 40  # ... at most this many in all
-SWAP_MAX = 80  # at most this many exchange asks per peer: messages per peer stay bounded at scale
 # A trade that makes the worst path through its four edges cheaper may cost those edges up to this
 # fraction of what it saves there. On three sweeps (`swarm bench flow-sweep --instances 30 --seed
 # 0/1/2`), 0 (edges may not get dearer) gave a max path 1.083x the min-cost flow's (mean; 32 of 90
@@ -137,7 +123,7 @@ class Exchanger(PathNews):
         still being found, it trades edges that pushes and returns trade again.
         """
         if self.swap_budget < 0:
-            self.swap_budget = min(SWAP_TRIES * len(self.next), SWAP_MAX)
+            self.swap_budget = swap_budget(len(self.next))
         if not self.improve or self.swap_budget <= 0:
             return False
         wait = self._calm_since + CALM_WAIT * self.env.retry_s - self.now
@@ -405,4 +391,4 @@ class Exchanger(PathNews):
         self._worst_cache.clear()
 
 
-__all__ = ["Exchanger", "SWAP_TRIES", "CALM_WAIT"]
+__all__ = ["Exchanger", "CALM_WAIT", "SWAP_REFUND", "SWAP_REFUND_MAX"]
