@@ -189,12 +189,19 @@ class Exchanger(PathNews):
                 continue
             rate = max(o.rate for o in wide)
             oid = self.add_offer(h, d, rate, b)
+            self.asked(oid, d, h, tuple(o.hop for o in wide))
             bid = self.fresh_arrival(h) + self.link(d)
             state, label, worst_b = self.state(), self.label(h), onwards(h, b)
             ask = Offer(h, rate, oid, label, b, bid=bid, state=state, swap_worst=worst_b, swap_options=wide)
             self.send(d, ask)
         self.swap_budget -= len(asked)
         return bool(asked)
+
+    def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
+        """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/resync.py)."""
+
+    def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
+        """We (as b) moved `rate` of a's flow over to our mate d for a's ask (see resync.py)."""
 
     def on_traded(self) -> None:
         """An exchange we asked for was made: asks pay here, so this peer may ask a few more."""
@@ -259,7 +266,7 @@ class Exchanger(PathNews):
         self._held[(h, c)] = self._held.get((h, c), 0.0) + rate
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, c, rate, b)
-        self.send(b, Exchange(h, rate, eid, a, c))
+        self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
@@ -267,7 +274,9 @@ class Exchanger(PathNews):
         """No trade pays: hand a's flow over from b to us instead (swarm/flow/handover.py)."""
         return False
 
-    def finish_hand_over(self, h: str, p: _Pending, moved: float, onward: str | None, late: bool) -> None:
+    def finish_hand_over(
+        self, h: str, p: _Pending, moved: float, onward: str | None, late: bool, waited: bool = False
+    ) -> None:
         """Settle our side of a hand-over b answered (or gave up on); see swarm/flow/handover.py."""
 
     def expire_exchange(self, eid: int) -> None:
@@ -279,7 +288,7 @@ class Exchanger(PathNews):
         if p is None:
             return
         self.stop_resending(p.mate)
-        self._finish(p.offer.holder, p, 0.0)
+        self._finish(p.offer.holder, p, 0.0, waited=True)
         self._expired[eid] = p
         while len(self._expired) > EXPIRED_KEPT:
             del self._expired[next(iter(self._expired))]
@@ -303,7 +312,7 @@ class Exchanger(PathNews):
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
         if p.initiator in self.prev:
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
-            self.send(p.initiator, Moved(h, moved, p.mate, self.state()))
+            self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))
             self._return_link_overflow(p.initiator, h)
 
     def _return_link_overflow(self, u: str, h: str) -> None:
@@ -319,9 +328,11 @@ class Exchanger(PathNews):
             self.inflow[h][u] -= rate
             self.send(u, Return(h, rate, self.state()))
 
-    def _finish(self, h: str, p: _Pending, moved: float, onward: str | None = None) -> None:
+    def _finish(
+        self, h: str, p: _Pending, moved: float, onward: str | None = None, waited: bool = False
+    ) -> None:
         if not p.partner:  # a hand-over (no partner in-flow was held)
-            self.finish_hand_over(h, p, moved, onward, late=False)
+            self.finish_hand_over(h, p, moved, onward, late=False, waited=waited)
             return
         key = (h, p.partner)
         self._held[key] = self._held.get(key, 0.0) - p.rate
@@ -336,7 +347,8 @@ class Exchanger(PathNews):
             if p.offer.bid is not None:
                 self.bids[h][p.initiator] = p.offer.bid
         self.relabel()
-        reply = Reply(p.offer.offer_id, h, moved, self.state(), exchanged=moved, swapped=p.mate)
+        state = self.state()
+        reply = Reply(p.offer.offer_id, h, moved, state, exchanged=moved, swapped=p.mate, waiting=waited)
         self.send(p.initiator, reply)
 
     def exchange_parties(self) -> set[str]:
@@ -366,6 +378,7 @@ class Exchanger(PathNews):
             self.inflow[h][c] = self.inflow[h].get(c, 0.0) + moved
             self.bids[h].pop(c, None)
             self.send(c, Moved(h, moved, src, self.state()))
+            self.gave(src, h, a, msg.ask, moved)
         else:
             moved = 0.0
         self.send(src, ExchangeDone(msg.exchange_id, h, moved, self.state()))

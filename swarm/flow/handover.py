@@ -40,6 +40,7 @@ class _HandOff:
     sender: str  # a
     onward: str  # z
     rate: float
+    ask: int  # a's offer id of the ask
 
 
 # Hand-overs a peer (as d) may start, again after churn: each moves throughput, so b and d announce.
@@ -84,11 +85,13 @@ class HandOvers(Exchanger):
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, "", rate, b)
         inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
-        self.send(b, HandOver(h, rate, eid, a, up_a, self.label(h), inbound, onwards))
+        self.send(b, HandOver(h, rate, eid, a, up_a, self.label(h), inbound, onwards, ask=msg.offer_id))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
-    def finish_hand_over(self, h: str, p: _Pending, moved: float, onward: str | None, late: bool) -> None:
+    def finish_hand_over(
+        self, h: str, p: _Pending, moved: float, onward: str | None, late: bool, waited: bool = False
+    ) -> None:
         """b handed `moved` of a's flow over to us, to run on to `onward` (or nothing: `moved` 0)."""
         if not late:
             self.reserved = max(0.0, self.reserved - p.rate)
@@ -107,9 +110,10 @@ class HandOvers(Exchanger):
         self.relabel()
         if late:
             if moved > EPS:
-                self.send(p.initiator, Moved(h, moved, p.mate, self.state()))
+                self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))
             return
-        reply = Reply(p.offer.offer_id, h, moved, self.state(), exchanged=moved, swapped=p.mate)
+        state = self.state()
+        reply = Reply(p.offer.offer_id, h, moved, state, exchanged=moved, swapped=p.mate, waiting=waited)
         self.send(p.initiator, reply)
 
     # ------------------------------------------------------------------ b
@@ -128,7 +132,7 @@ class HandOvers(Exchanger):
         rate = min(rate, self.out[h][z])
         self._held[(h, a)] = self._held.get((h, a), 0.0) + rate
         hid = self._new_id()
-        self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate)
+        self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate, msg.ask)
         self.send(z, HandOff(h, rate, hid, d))  # (no timer: z answers or leaves, see drop_hand_offs)
 
     def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver) -> str | None:
@@ -173,6 +177,7 @@ class HandOvers(Exchanger):
             self.out[h][p.onward] = self.out[h].get(p.onward, 0.0) - moved
             self.flows_moved()
             self._worst_cache.clear()
+            self.gave(p.mate, h, p.sender, p.ask, moved)
         self.send(p.mate, ExchangeDone(p.exchange_id, h, moved, self.state(), onward=p.onward))
 
     def _release(self, p: _HandOff) -> None:

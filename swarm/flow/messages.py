@@ -94,6 +94,7 @@ class Reply:
     state: State
     exchanged: float = 0.0
     swapped: str | None = None
+    waiting: bool = False  # d stopped waiting for b, which may still move the flow (then `Moved`)
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ class Exchange:
     exchange_id: int
     sender: str
     partner: str
+    ask: int = -1  # the sender's offer id of the ask (see `Resync`)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class HandOver:
     label: int
     inbound: float
     onwards: float
+    ask: int = -1  # the sender's offer id of the ask (see `Resync`)
 
 
 @dataclass(frozen=True)
@@ -195,11 +198,40 @@ class HandOffDone:
 
 @dataclass(frozen=True)
 class Moved:
-    """`rate` of the addressee's flow that ran to `old` runs to the message's sender from now on."""
+    """`rate` of the addressee's flow that ran to `old` runs to the message's sender from now on.
+    `ask`: the addressee's exchange ask this settles late (its offer id), if any."""
 
     holder: str
     rate: float
     old: str
+    state: State
+    ask: int = -1
+
+
+@dataclass(frozen=True)
+class Resync:
+    """From an exchange initiator a to a next hop b it offered in asks to b's stage mate `gone`, which
+    left before a heard how those asks ended: how much of a's flow did b move to `gone` for them?"""
+
+    gone: str
+    asks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class AskMoved:
+    """For one ask (`Resync`): `rate` of `holder`'s flow that b moved off the edge a -> b."""
+
+    ask: int
+    holder: str
+    rate: float
+
+
+@dataclass(frozen=True)
+class Resynced:
+    """b's answer to a `Resync`: b is the receiving end of a -> b, so its word settles that edge."""
+
+    gone: str
+    moved: tuple[AskMoved, ...]
     state: State
 
 
@@ -255,6 +287,8 @@ Body = (
     | HandOff
     | HandOffDone
     | Moved
+    | Resync
+    | Resynced
     | Announce
     | Paths
     | Ack

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
-from swarm.flow.handover import HandOvers
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -32,6 +31,7 @@ from swarm.flow.messages import (
     Return,
     State,
 )
+from swarm.flow.resync import Resyncs
 
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
@@ -43,7 +43,7 @@ REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flo
 FIRST_MOVES = 2
 
 
-class PeerAgent(HandOvers):
+class PeerAgent(Resyncs):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -68,6 +68,7 @@ class PeerAgent(HandOvers):
         self._returned = False  # settle() handed flow back upstream
         self.init_exchanges()
         self.init_hand_overs()
+        self.init_resyncs()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:

@@ -12,7 +12,18 @@ from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
-from swarm.flow.messages import Exchange, ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
+from swarm.flow.messages import (
+    Exchange,
+    ExchangeDone,
+    HandOff,
+    HandOffDone,
+    HandOver,
+    Moved,
+    Offer,
+    Reply,
+    Resync,
+    Resynced,
+)
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 
@@ -60,7 +71,8 @@ def exchanging(bus: MessageBus) -> set[str]:
         body = envelope.body
         answer = isinstance(body, Reply) and body.exchanged > 0
         ask = isinstance(body, Offer) and body.swap_from is not None
-        if answer or ask or isinstance(body, (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone)):
+        moving = (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone, Resync, Resynced)
+        if answer or ask or isinstance(body, moving):
             busy |= {envelope.src, envelope.dst}
         if isinstance(body, ExchangeDone) and body.onward is not None:
             busy.add(body.onward)  # a hand-over: d starts sending to b's next hop on arrival

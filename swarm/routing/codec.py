@@ -64,6 +64,10 @@ def _check(value: Any, hint: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise WireError(f"{where}: expected a number")
         return float(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise WireError(f"{where}: expected true or false")
+        return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise WireError(f"{where}: expected an integer")

@@ -406,11 +406,10 @@ def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> No
     assert violations(bus) == []
 
 
-def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_hop() -> None:
+def handing_over() -> tuple[MessageBus, dict[str, PeerAgent]]:
     """a -> b -> z, where a -> b is far; b's stage mate d (c -> d -> z) has spare and is near a and
     z. The last stage (z) is full, so no move is admissible, and no trade pays (a -> d, c -> b costs
-    what a -> b, c -> d costs). The ask to d becomes a hand-over: z takes that flow from d instead
-    of b (its throughput does not change), b's throughput goes to d, the worst path gets cheaper."""
+    what a -> b, c -> d costs): an ask from a to d becomes a hand-over."""
     near, far = Link(0.001, 1e9), Link(0.2, 1e9)
     peers = [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1)]
     peers += [("d", 1, 2.0, 0.1), ("z", 2, 2.0, 0.1)]
@@ -426,6 +425,14 @@ def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_ho
     for agent in p.values():
         agent.relabel()
     assert violations(bus) == []
+    return bus, p
+
+
+def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_hop() -> None:
+    """The ask to d becomes a hand-over (see `handing_over`): z takes that flow from d instead of b
+    (its throughput does not change), b's throughput goes to d, the worst path gets cheaper."""
+    bus, p = handing_over()
+    inst = bus.instance
     worst_before = cost.max_path_cost(inst, bus.routes())
     with recorded(bus) as sent:
         assert p["a"].try_swap()

@@ -1,0 +1,129 @@
+"""Resyncs: an ask whose mate left half-way leaves no edge out of step.
+
+In an exchange or a hand-over the initiator a asks d, a stage mate of its next hop b. b, the
+receiving end of a -> b, moves a's flow off that edge, and d tells a (`Reply`, or `Moved` when d
+had stopped waiting). If d leaves after b moved the flow and before a heard, a still counts that
+flow on a -> b and b does not, and nobody else would ever tell a. So a remembers its asks until d
+answers them (or, where d stopped waiting for b, for a while); when the mate it asked leaves, a
+asks each hop it offered there (`Resync`), and b answers what it moved for those asks
+(`Resynced`). b is the receiving end of a -> b, so a takes b's word for the edge, less what d's
+answers already settled, and pushes what it gets back elsewhere.
+
+(When b leaves instead, a writes a -> b off with it; see the README for what c and d may then still
+disagree on.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from swarm.flow.exchange import ANSWER_WAIT
+from swarm.flow.handover import HandOvers
+from swarm.flow.messages import AskMoved, Body, Cancel, Moved, Reply, Resync, Resynced
+from swarm.flow.news import EPS
+
+RESYNC_KEEP = 4 * ANSWER_WAIT  # retry periods an ask (at a) and a move (at b) are remembered
+
+
+@dataclass
+class _Ask:
+    """An exchange ask this peer (as a) sent to `mate`, offering it its flow on `hops`."""
+
+    mate: str
+    holder: str
+    hops: tuple[str, ...]
+    at: float
+    applied: dict[str, float] = field(default_factory=dict)  # hop -> flow the mate's answers moved
+    resynced: bool = False  # settled by a hop's `Resynced`: a late answer of the mate moves no more
+
+
+class Resyncs(HandOvers):
+    """Asks remembered (as a) and moves remembered (as b), to settle asks whose mate left."""
+
+    def init_resyncs(self) -> None:
+        self._asks: dict[int, _Ask] = {}
+        self._gave: list[tuple[float, str, str, int, str, float]] = []  # (when, d, a, ask, holder, rate)
+
+    def dispatch_sender(self, src: str, body: Body) -> bool:
+        """Both messages settle a sender's edge (a -> b): they go before the stage roles' handlers."""
+        if isinstance(body, Resync):
+            self.on_resync(src, body)
+        elif isinstance(body, Resynced):
+            self.on_resynced(src, body)
+        else:
+            return super().dispatch_sender(src, body)
+        return True
+
+    def _kept_since(self) -> float:
+        return self.now - RESYNC_KEEP * self.env.retry_s
+
+    # ------------------------------------------------------------------ a
+    def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
+        since = self._kept_since()
+        for old in [k for k, ask in self._asks.items() if ask.at < since]:
+            del self._asks[old]
+        self._asks[oid] = _Ask(d, h, hops, self.now)
+
+    def on_reply(self, src: str, msg: Reply) -> None:
+        if not msg.waiting and msg.offer_id in self.offers:
+            self._asks.pop(msg.offer_id, None)  # settled: d answered with what b moved (or refused)
+        super().on_reply(src, msg)
+
+    def on_moved(self, src: str, msg: Moved) -> None:
+        ask = self._asks.get(msg.ask) if msg.ask >= 0 else None
+        h = msg.holder
+        if ask is not None and ask.resynced:  # the hop's word settled our side of it already
+            self.observe(msg.state)
+            if src in self.next and h in self.out:
+                self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate
+                self.flows_moved()
+                self._worst_cache.clear()
+            else:
+                self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
+            return
+        if ask is not None and h in self.out and msg.old in self.next:
+            ask.applied[msg.old] = ask.applied.get(msg.old, 0.0) + msg.rate
+        super().on_moved(src, msg)
+
+    def forget_target(self, node: str) -> None:
+        since = self._kept_since()
+        open_asks = sorted(oid for oid, ask in self._asks.items() if ask.mate == node and ask.at >= since)
+        super().forget_target(node)
+        by_hop: dict[str, list[int]] = {}
+        for oid in open_asks:
+            for hop in self._asks[oid].hops:
+                if hop in self.next:
+                    by_hop.setdefault(hop, []).append(oid)
+        for hop, oids in sorted(by_hop.items()):
+            self.send(hop, Resync(node, tuple(oids)))
+
+    def on_resynced(self, src: str, msg: Resynced) -> None:
+        self.observe(msg.state)
+        for m in msg.moved:
+            ask = self._asks.get(m.ask)
+            if ask is None or ask.mate != msg.gone or src not in self.next or m.holder not in self.out:
+                continue
+            done = ask.applied.get(src, 0.0)
+            ask.applied[src] = max(done, m.rate)
+            ask.resynced = True
+            if m.rate - done > EPS:
+                self.out[m.holder][src] = self.out[m.holder].get(src, 0.0) - (m.rate - done)
+                self.flows_moved()
+                self._worst_cache.clear()
+
+    # ------------------------------------------------------------------ b
+    def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
+        since = self._kept_since()
+        self._gave = [e for e in self._gave if e[0] >= since]
+        self._gave.append((self.now, d, a, ask, h, rate))
+
+    def on_resync(self, src: str, msg: Resync) -> None:
+        asks = set(msg.asks)
+        mine = [e for e in self._gave if e[1] == msg.gone and e[2] == src and e[3] in asks]
+        if not mine:
+            return
+        self._gave = [e for e in self._gave if not (e[1] == msg.gone and e[2] == src and e[3] in asks)]
+        self.send(src, Resynced(msg.gone, tuple(AskMoved(e[3], e[4], e[5]) for e in mine), self.state()))
+
+
+__all__ = ["Resyncs", "RESYNC_KEEP"]

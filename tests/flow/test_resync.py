@@ -1,0 +1,75 @@
+"""Resyncs (swarm/flow/resync.py): when the mate d that an exchange initiator a asked leaves after
+a's next hop b moved a's flow, and before d told a, a asks b and takes its word for the edge a -> b."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from swarm.flow import cost
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.messages import AskMoved, Body, Envelope, ExchangeDone, Reply, Resync, Resynced
+from swarm.flow.reference import max_flow_value
+from swarm.routing.codec import from_wire, to_wire
+from swarm.wire import WireError
+from tests.flow.test_exchange import crossed, handing_over, recorded
+
+
+def run_until_next(bus: MessageBus, wanted: Callable[[Body, str], bool]) -> None:
+    """Deliver messages until the next one due is `wanted` (body, addressee)."""
+    while bus._heap:
+        _, _, kind, item = bus._heap[0]
+        if kind == 0 and wanted(item.body, item.dst):
+            return
+        bus._step()
+    raise AssertionError("the awaited message never came")
+
+
+@pytest.mark.parametrize("setup", [crossed, handing_over], ids=["exchange", "hand-over"])
+def test_a_mate_that_leaves_half_way_leaves_no_edge_out_of_step(setup) -> None:
+    """d leaves right after b moved a's flow off a -> b: without a resync a kept counting that flow
+    on a -> b while b did not (the holder sent more than came back)."""
+    bus, p = setup()
+    assert p["a"].try_swap()
+    run_until_next(bus, lambda body, dst: isinstance(body, ExchangeDone) and dst == "d")
+    assert p["b"].inflow["h"]["a"] == pytest.approx(0.0, abs=1e-9)  # b moved it
+    assert p["a"].out["h"]["b"] == pytest.approx(1.0)  # a has not heard
+    with recorded(bus) as sent:
+        bus.remove_peer("d")
+        bus.run_until_quiescent()
+    kinds = [type(e.body).__name__ for e in sent]
+    assert "Resync" in kinds and "Resynced" in kinds
+    assert violations(bus) == []
+    assert p["a"].out["h"].get("b", 0.0) == pytest.approx(p["b"].inflow["h"].get("a", 0.0), abs=1e-9)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+
+
+def test_a_mate_that_leaves_after_answering_costs_no_resync() -> None:
+    """An ask d answered in full is forgotten: d leaving later sends no Resync."""
+    bus, p = crossed()
+    assert p["a"].try_swap()
+    bus.run_until_quiescent()
+    assert not p["a"]._asks
+    with recorded(bus) as sent:
+        bus.remove_peer("d")
+        bus.run_until_quiescent()
+    assert not any(isinstance(e.body, (Resync, Resynced)) for e in sent)
+    assert violations(bus) == []
+
+
+def test_resync_messages_cross_the_codec() -> None:
+    bus, p = crossed()
+    moved = (AskMoved(3, "h", 0.5), AskMoved(7, "h", 1.0))
+    waiting = Reply(3, "h", 0.0, p["d"].state(), waiting=True)
+    for body in (Resync("d", (3, 7)), Resynced("d", moved, p["b"].state()), waiting):
+        assert from_wire(to_wire(Envelope("a", "b", 4, 2, body))).body == body
+    raw = to_wire(Envelope("d", "a", 4, 2, waiting))
+    for bad in ("yes", 1, None):
+        with pytest.raises(WireError):
+            from_wire({**raw, "body": {**raw["body"], "waiting": bad}})
+    raw = to_wire(Envelope("a", "b", 4, 2, Resync("d", (3, 7))))
+    for field, bad in (("asks", [1.5]), ("asks", "3"), ("gone", 5)):
+        with pytest.raises(WireError):
+            from_wire({**raw, "body": {**raw["body"], field: bad}})
