@@ -9,6 +9,7 @@ import math
 import random
 from collections.abc import Iterable
 
+from swarm.flow.link_use import LinkUse
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -21,7 +22,7 @@ from swarm.flow.messages import (
     Reply,
     Return,
 )
-from swarm.flow.node import EPS, Env, Node
+from swarm.flow.node import EPS, Env
 
 T0 = 2.0  # annealing start temperature, in milliseconds of path cost (GWTF: T0 about 2, x0.95)
 COOLING = 0.95
@@ -29,7 +30,7 @@ T_MIN = 0.05
 READY_WAIT = 40.0  # retry periods to wait for silent next hops before the first push
 
 
-class Sender(Node):
+class Sender(LinkUse):
     """The sending side shared by holders (as sources) and peers: push, cancel, improve.
 
     `out[h][v]` is the rate of holder h's flow that v accepted; offers and cancels in flight are
@@ -52,10 +53,7 @@ class Sender(Node):
         self.cancels: dict[int, tuple[str, str, float]] = {}
         self._offered: dict[tuple[str, str], float] = {}
         self._offered_h: dict[str, float] = {}
-        self._flows_at = 0  # bumped whenever out-flows or offers change (link use, see `room`)
-        self._links_at = -1
-        self._link_used: dict[str, float] = {}
-        self._full_links: frozenset[str] = frozenset()
+        self.init_link_use()
         self._ids = 0
         self.rng = random.Random(seed)
         self.improve = improve
@@ -131,45 +129,6 @@ class Sender(Node):
 
     def target_spare(self, h: str, v: str) -> float:
         return min(self.view_spare(v) - self.offered(h, v), self.room(v))
-
-    def room(self, v: str) -> float:
-        """What the link to v can still take: its capacity less what we send and offer over it."""
-        if not self.link_limits:
-            return INF
-        self.sync_links()
-        return self.edge_cap(self.id, v) - self._link_used.get(v, 0.0)
-
-    def forget_costs(self, node: str | None = None) -> None:
-        super().forget_costs(node)
-        self._links_at = -1  # link bounds may have changed: which links are full is summed again
-
-    def link_full(self, v: str) -> bool:
-        if not self.link_limits:
-            return False
-        self.sync_links()
-        return v in self._full_links
-
-    def flows_moved(self) -> None:
-        """Our out-flows or offers changed: link use is summed again when next asked."""
-        self._flows_at += 1
-
-    def sync_links(self) -> None:
-        """Sum what we send and offer per link; when the set of full links changes, the cached
-        labels and route costs (which skip full links) are stale."""
-        if not self.link_limits or self._links_at == self._flows_at:
-            return
-        used: dict[str, float] = {}
-        for nexts in self.out.values():
-            for v, r in nexts.items():
-                used[v] = used.get(v, 0.0) + r
-        for (_, v), r in self._offered.items():
-            used[v] = used.get(v, 0.0) + r
-        self._link_used, self._links_at = used, self._flows_at
-        full = frozenset(v for v in self.next if self.edge_cap(self.id, v) - used.get(v, 0.0) <= EPS)
-        if full != self._full_links:
-            self._full_links = full
-            self._fwd_cache.clear()
-            self._cheap_cache.clear()
 
     def target_label(self, h: str, v: str) -> int:
         return self.view_label(v, h)
@@ -420,4 +379,4 @@ class Sender(Node):
         return {h: {v: r for v, r in nexts.items() if r > EPS} for h, nexts in self.out.items()}
 
 
-__all__ = ["Env", "Node", "Sender", "NeighbourGone", "NeighbourJoined", "Offer", "Cancel", "EPS"]
+__all__ = ["Env", "Sender", "NeighbourGone", "NeighbourJoined", "Offer", "Cancel", "EPS"]
