@@ -11,9 +11,12 @@ from __future__ import annotations
 # gave a max path 1.019x the min-cost flow's (mean; 56 of 90 within 5%), a mean path within 10% on
 # 76, 300 messages per peer, 38 / 20 / 49 s; 8 per hop with a scan budget of 4,400: 1.004 (65), 78,
 # 355, 36 / 19 / 44 s; 16 per hop: 0.994 (70), 80, 426; 32 per hop: 0.989 (73), 79, 445; no
-# budget at all: 0.973 (73), 80, 1,328 messages per peer. Refunds put the asks where trades are
-# made: each exchange made gives SWAP_REFUND asks back, at most SWAP_REFUND_MAX in all.
-SWAP_TRIES = 32  # exchange asks per next hop ...
+# budget at all: 0.973 (73), 80, 1,328 messages per peer. 32 per hop costs deep swarms dearly: on
+# 24 stages x 8 peers, 928 messages per peer and 908 rounds, against 672 and 701 with 16 (499 and
+# 649 with 8; 460 and 645 before), since new path costs revive asks tried before. Refunds put the
+# asks where trades are made: each exchange made gives SWAP_REFUND asks back, at most
+# SWAP_REFUND_MAX in all.
+SWAP_TRIES = 16  # exchange asks per next hop ...
 SCAN_BUDGET = 4400  # ... while asks x next hops stay under this
 SWAP_BATCH = 4  # exchanges asked for at once
 SWAP_REFUND = 4  # asks given back per exchange made (asks go where trades are made) ...
