@@ -15,11 +15,12 @@ disagree on.)
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from swarm.flow.exchange import ANSWER_WAIT
 from swarm.flow.handover import HandOvers
-from swarm.flow.messages import AskMoved, Body, Cancel, Moved, Reply, Resync, Resynced
+from swarm.flow.messages import AskMoved, Body, Moved, Reply, Resync, Resynced
 from swarm.flow.news import EPS
 
 RESYNC_KEEP = 4 * ANSWER_WAIT  # retry periods an ask (at a) and a move (at b) are remembered
@@ -71,17 +72,9 @@ class Resyncs(HandOvers):
 
     def on_moved(self, src: str, msg: Moved) -> None:
         ask = self._asks.get(msg.ask) if msg.ask >= 0 else None
-        h = msg.holder
-        if ask is not None and ask.resynced:  # the hop's word settled our side of it already
-            self.observe(msg.state)
-            if src in self.next and h in self.out:
-                self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate
-                self.flows_moved()
-                self._worst_cache.clear()
-            else:
-                self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
-            return
-        if ask is not None and h in self.out and msg.old in self.next:
+        if ask is not None and ask.resynced:  # the hop's word settled the old edge: only src's moves
+            msg = dataclasses.replace(msg, old="")
+        elif ask is not None and msg.holder in self.out and msg.old in self.next:
             ask.applied[msg.old] = ask.applied.get(msg.old, 0.0) + msg.rate
         super().on_moved(src, msg)
 
@@ -119,11 +112,12 @@ class Resyncs(HandOvers):
 
     def on_resync(self, src: str, msg: Resync) -> None:
         asks = set(msg.asks)
-        mine = [e for e in self._gave if e[1] == msg.gone and e[2] == src and e[3] in asks]
-        if not mine:
-            return
-        self._gave = [e for e in self._gave if not (e[1] == msg.gone and e[2] == src and e[3] in asks)]
-        self.send(src, Resynced(msg.gone, tuple(AskMoved(e[3], e[4], e[5]) for e in mine), self.state()))
+        mine, rest = [], []
+        for e in self._gave:
+            (mine if e[1] == msg.gone and e[2] == src and e[3] in asks else rest).append(e)
+        self._gave = rest
+        if mine:
+            self.send(src, Resynced(msg.gone, tuple(AskMoved(e[3], e[4], e[5]) for e in mine), self.state()))
 
 
 __all__ = ["Resyncs", "RESYNC_KEEP"]
