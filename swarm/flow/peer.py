@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
+from swarm.flow.labels import PeerLabels
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -31,7 +32,6 @@ from swarm.flow.messages import (
     Return,
     State,
 )
-from swarm.flow.resync import Resyncs
 
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
@@ -43,7 +43,7 @@ REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flo
 FIRST_MOVES = 2
 
 
-class PeerAgent(Resyncs):
+class PeerAgent(PeerLabels):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -127,57 +127,20 @@ class PeerAgent(Resyncs):
     def upstream_label(self, u: str, h: str) -> int:
         return self.src_label if self.is_holder(u) else self.view_label(u, h)
 
-    def _forward_labels(self) -> dict[str, int]:
-        """Per holder, the lowest label among next hops that published spare capacity over a link
-        with room (cached until a next hop's fullness or labels, or the set of full links, change:
-        the hot path of every relabel)."""
-        cache = self._fwd_cache
-        self.sync_links()  # a link that filled or freed up changes the lowest label
-        if not cache:
-            top = self.max_label
-            if self.last:
-                cache.update({h: 0 if h in self.next and self.room(h) > EPS else top for h in self.holders})
-            else:
-                cache.update(dict.fromkeys(self.holders, top))
-                for v in self.next:
-                    st = self.views.get(v)
-                    if st is None or st.spare <= EPS or self.room(v) <= EPS:
-                        continue
-                    for h in self.holders:
-                        if self.dead_end(st, h):  # not a residual route (see Node.dead_end)
-                            continue
-                        lab = st.labels.get(h, top)
-                        if lab < cache[h]:
-                            cache[h] = lab
-        return cache
-
-    def compute_label(self, h: str) -> int:
-        """Relabel: one more than the lowest label among residual neighbours (or "unreachable")."""
-        best = self._forward_labels()[h]
-        top, views, src = self.max_label, self.views, self.src_label
-        for u, r in self.inflow[h].items():
-            if r > EPS:
-                if u in self.holders:
-                    lab = src
-                else:
-                    st = views.get(u)
-                    lab = st.labels.get(h, top) if st else top
-                if lab < best:
-                    best = lab
-        return best + 1 if best < top else top
-
-    def relabel(self) -> None:
-        """Recompute every holder's label from the current views and in-flows."""
-        self._labels = {h: self.compute_label(h) for h in self.holders}
-
-    def label(self, h: str) -> int:
-        return self._labels.get(h, self.max_label)
-
     def state(self) -> State:
-        cheapest = {h: self.cheapest(h) for h in self.holders}
-        worst = {h: w for h in self.holders if (w := self.worst(h)) is not None}
-        epochs = dict(self.epoch)
-        return State(self.id, self.stamp(), self.spare(), dict(self._labels), cheapest, worst, epochs)
+        holders = self.holders
+        if self.ready:  # `cheapest` of every holder, with the link sums synced once
+            self.sync_links()
+            cache = self._cheap_cache
+            for h in holders:
+                if h not in cache:
+                    cache[h] = self._cheapest_over_targets(h)
+            cheapest = {h: cache[h] for h in holders}
+        else:
+            cheapest = dict.fromkeys(holders, INF)
+        worst = {h: w for h in holders if (w := self.worst(h)) is not None}
+        labels, epochs = dict(self._labels), dict(self.epoch)
+        return State(self.id, self.stamp(), self.spare(), labels, cheapest, worst, epochs)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
@@ -371,7 +334,18 @@ class PeerAgent(Resyncs):
         mine = self.label(h)
         ups = [u for u in self.inflow[h] if self.movable(h, u) > EPS and self.upstream_label(u, h) < mine]
         ups.sort(key=lambda u: (-self.env.cost(u, self.id), u))
-        for u in ups:
+        return self._give_back([(h, u) for u in ups], amount)
+
+    def _return_most_expensive(self, amount: float) -> None:
+        cost = self.env.cost
+        flows = [
+            (cost(u, self.id), h, u) for h, f in self.inflow.items() for u in f if self.movable(h, u) > EPS
+        ]
+        self._give_back([(h, u) for _, h, u in sorted(flows, reverse=True)], amount)
+
+    def _give_back(self, edges: list[tuple[str, str]], amount: float) -> float:
+        """Hand `amount` back over the in-edges (holder, sender) in order; returns what is left."""
+        for h, u in edges:
             if amount <= EPS:
                 break
             rate = min(amount, self.movable(h, u))
@@ -380,22 +354,6 @@ class PeerAgent(Resyncs):
             self._returned = True
             self.send(u, Return(h, rate, self.state()))
         return amount
-
-    def _return_most_expensive(self, amount: float) -> None:
-        flows = [
-            (self.env.cost(u, self.id), h, u)
-            for h, f in self.inflow.items()
-            for u in f
-            if self.movable(h, u) > EPS
-        ]
-        for _, h, u in sorted(flows, reverse=True):
-            if amount <= EPS:
-                break
-            rate = min(amount, self.movable(h, u))
-            self.inflow[h][u] -= rate
-            amount -= rate
-            self._returned = True
-            self.send(u, Return(h, rate, self.state()))
 
 
 __all__ = ["PeerAgent", "Announce"]
