@@ -284,8 +284,13 @@ class Sender(LinkUse):
         # that sender's new path too (unknown, it would count as free and the trade could raise the max)
         onwards = self.worst_of(h, v) if swap else None
         offer = Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state(), swap_worst=onwards)
+        if swap:
+            self.asked(oid, w, h, (v,))
         self.send(w, offer)
         return True
+
+    def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
+        """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/resync.py)."""
 
     def on_traded(self) -> None:
         """An exchange we asked for was made (stage peers refund their exchange budget)."""
@@ -307,10 +312,11 @@ class Sender(LinkUse):
                 return
             moved = min(max(msg.exchanged, 0.0), msg.accepted)
             if moved > EPS:  # the old hop already let go of this much (an exchange)
-                if msg.swapped is not None and msg.swapped in self.next:
+                if msg.swapped is not None:
                     old = msg.swapped  # the receiver chose another of the hops we offered to trade
-                self.out[h][old] = self.out[h].get(old, 0.0) - moved
-                self.flows_moved()
+                if old in self.next:  # (else we wrote it off when it left, this flow with it)
+                    self.out[h][old] = self.out[h].get(old, 0.0) - moved
+                    self.flows_moved()
                 self.on_traded()
             rest = min(msg.accepted - moved, self.out[h].get(old, 0.0))
             if rest > EPS:

@@ -198,6 +198,8 @@ class MessageBus:
         for other in sorted(agent.prev | agent.next):
             if other in self.agents:
                 self.agents[other].notify(NeighbourGone(peer_id), self.now)
+        for mate in sorted(p.id for p in self.instance.peers_of(spec.stage)):
+            self.agents[mate].mate_gone(peer_id, self.now)
 
     def add_peer(self, spec: PeerSpec, links: Mapping[tuple[str, str], Link] | None = None) -> None:
         """A peer joins: the adjacent stages discover it, it announces itself and is pushed to.

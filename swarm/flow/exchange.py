@@ -197,9 +197,6 @@ class Exchanger(PathNews):
         self.swap_budget -= len(asked)
         return bool(asked)
 
-    def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
-        """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/resync.py)."""
-
     def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
         """We (as b) moved `rate` of a's flow over to our mate d for a's ask (see resync.py)."""
 
@@ -270,6 +267,13 @@ class Exchanger(PathNews):
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
+    def checking(self, eid: int) -> bool:
+        """Whether we asked c about exchange `eid` (its b left): it waits for c, not for b."""
+        return False
+
+    def exchange_applied(self, eid: int, p: _Pending, moved: float) -> None:
+        """We (as d) took `moved` of p.partner's flow off on b's word (see swarm/flow/trade_notes.py)."""
+
     def start_hand_over(self, a: str, msg: Offer) -> bool:
         """No trade pays: hand a's flow over from b to us instead (swarm/flow/handover.py)."""
         return False
@@ -284,6 +288,8 @@ class Exchanger(PathNews):
 
         If b answers later after all, `on_exchange_done` still applies it and tells a with `Moved`.
         """
+        if self.checking(eid):
+            return
         p = self._pending.pop(eid, None)
         if p is None:
             return
@@ -298,7 +304,10 @@ class Exchanger(PathNews):
         self.observe(msg.state)
         p = self._pending.pop(msg.exchange_id, None)
         if p is not None:
-            self._finish(msg.holder, p, min(max(msg.moved, 0.0), p.rate), msg.onward)
+            moved = min(max(msg.moved, 0.0), p.rate)
+            self._finish(msg.holder, p, moved, msg.onward)
+            if p.partner and moved > EPS:
+                self.exchange_applied(msg.exchange_id, p, moved)
             return
         p = self._expired.pop(msg.exchange_id, None)
         moved = min(max(msg.moved, 0.0), p.rate) if p is not None else 0.0
@@ -310,6 +319,7 @@ class Exchanger(PathNews):
             return
         if p.partner in self.inflow[h]:
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
+            self.exchange_applied(msg.exchange_id, p, moved)
         if p.initiator in self.prev:
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))
@@ -358,12 +368,6 @@ class Exchanger(PathNews):
             parties |= {self.id, p.initiator, p.mate, p.partner} - {""}
         return parties
 
-    def drop_exchanges(self, node: str) -> None:
-        """A peer left: exchanges waiting on it as b end unapplied (a gets a rejection)."""
-        for eid in [e for e, p in self._pending.items() if p.mate == node]:
-            p = self._pending.pop(eid)
-            self._finish(p.offer.holder, p, 0.0)
-
     # ------------------------------------------------------------------ b
     def on_exchange(self, src: str, msg: Exchange) -> None:
         """d asks us to move a's flow to d and take c's instead: apply what we still have of a's."""
@@ -377,7 +381,7 @@ class Exchanger(PathNews):
             self.inflow[h][a] -= moved
             self.inflow[h][c] = self.inflow[h].get(c, 0.0) + moved
             self.bids[h].pop(c, None)
-            self.send(c, Moved(h, moved, src, self.state()))
+            self.send(c, Moved(h, moved, src, self.state(), exchange=msg.exchange_id))
             self.gave(src, h, a, msg.ask, moved)
         else:
             moved = 0.0

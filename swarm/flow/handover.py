@@ -95,16 +95,16 @@ class HandOvers(Exchanger):
         """b handed `moved` of a's flow over to us, to run on to `onward` (or nothing: `moved` 0)."""
         if not late:
             self.reserved = max(0.0, self.reserved - p.rate)
+        moved = max(moved, 0.0)
         if moved > EPS and onward is not None and onward in self.next:
             self.out[h][onward] = self.out[h].get(onward, 0.0) + moved
             self.flows_moved()
             self._worst_cache.clear()
-            if p.initiator in self.prev:
-                self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
-                if p.offer.bid is not None:
-                    self.bids[h][p.initiator] = p.offer.bid
-        else:
-            moved = 0.0  # (z left meanwhile: b's side goes when b hears it; ours has nothing)
+        # (if z left meanwhile, b let go of a's flow all the same: it is ours, to push on elsewhere)
+        if moved > EPS and p.initiator in self.prev:
+            self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
+            if p.offer.bid is not None:
+                self.bids[h][p.initiator] = p.offer.bid
         if p.initiator not in self.prev:
             return  # a left: the flow we now send on has no sender, cancel_deficit withdraws it
         self.relabel()
@@ -133,7 +133,8 @@ class HandOvers(Exchanger):
         self._held[(h, a)] = self._held.get((h, a), 0.0) + rate
         hid = self._new_id()
         self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate, msg.ask)
-        self.send(z, HandOff(h, rate, hid, d))  # (no timer: z answers or leaves, see drop_hand_offs)
+        # (no timer: z answers or leaves, see drop_hand_offs)
+        self.send(z, HandOff(h, rate, hid, d, exchange=msg.exchange_id))
 
     def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver) -> str | None:
         """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays)."""
@@ -193,6 +194,9 @@ class HandOvers(Exchanger):
             self._release(p)
             self.send(p.mate, ExchangeDone(p.exchange_id, p.holder, 0.0, self.state()))
 
+    def took_over(self, b: str, d: str, eid: int, h: str, moved: float) -> None:
+        """We (as z) now count `moved` of b's flow to us as d's (see swarm/flow/trade_notes.py)."""
+
     def hand_off_parties(self) -> set[str]:
         """The peers of hand-offs we (as b) are waiting on: us, d, a and z."""
         parties: set[str] = set()
@@ -211,6 +215,7 @@ class HandOvers(Exchanger):
             self.inflow[h][src] -= moved
             self.inflow[h][d] = self.inflow[h].get(d, 0.0) + moved
             self.bids[h].pop(d, None)
+            self.took_over(src, d, msg.exchange, h, moved)
         else:
             moved = 0.0
         self.send(src, HandOffDone(msg.handoff_id, h, moved, self.state()))

@@ -8,10 +8,10 @@ runs on every message a peer handles, so the forward minima are cached (see `Nod
 from __future__ import annotations
 
 from swarm.flow.news import EPS
-from swarm.flow.resync import Resyncs
+from swarm.flow.trade_notes import TradeNotes
 
 
-class PeerLabels(Resyncs):
+class PeerLabels(TradeNotes):
     """Labels of a stage peer (the in-flows and `last` are the peer's)."""
 
     inflow: dict[str, dict[str, float]]

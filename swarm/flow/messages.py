@@ -184,6 +184,7 @@ class HandOff:
     rate: float
     handoff_id: int
     sender: str
+    exchange: int = -1  # d's id of the hand-over (see `Traded`)
 
 
 @dataclass(frozen=True)
@@ -199,13 +200,42 @@ class HandOffDone:
 @dataclass(frozen=True)
 class Moved:
     """`rate` of the addressee's flow that ran to `old` runs to the message's sender from now on.
-    `ask`: the addressee's exchange ask this settles late (its offer id), if any."""
+    `ask`: the addressee's exchange ask this settles late (its offer id), if any. `exchange`: the
+    exchange of `old` (its id there) that moved it, when the sender is that exchange's b."""
 
     holder: str
     rate: float
     old: str
     state: State
     ask: int = -1
+    exchange: int = -1
+
+
+@dataclass(frozen=True)
+class Traded:
+    """After an exchange's or a hand-over's b (`mate`) left, about d's exchange `exchange_id`.
+
+    Exchange: between c and d. b moved `rate` of c's flow off c -> d, and the sender heard it from
+    b (c by `Moved`, d by `ExchangeDone`); an addressee that did not settles its end the same way.
+    It is also c's answer to d's `TradeCheck` (`rate` 0: b moved nothing of c's that c heard of).
+    Hand-over (`hand_over`): from z to d, z took `rate` of b's flow to it as d's."""
+
+    exchange_id: int
+    holder: str
+    rate: float
+    mate: str
+    state: State
+    hand_over: bool = False
+
+
+@dataclass(frozen=True)
+class TradeCheck:
+    """From d to c when the mate b it asked for exchange `exchange_id` left before answering: did b
+    move any of your flow off c -> d for it? (c answers with `Traded`.)"""
+
+    exchange_id: int
+    holder: str
+    mate: str
 
 
 @dataclass(frozen=True)
@@ -289,6 +319,8 @@ Body = (
     | Moved
     | Resync
     | Resynced
+    | Traded
+    | TradeCheck
     | Announce
     | Paths
     | Ack

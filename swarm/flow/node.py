@@ -214,6 +214,18 @@ class Node(Announcer):
             self.on_joined()
         self.settle()
 
+    def mate_gone(self, node: str, now: float) -> None:
+        """A peer of our own stage left (the DHT shows stage mates too): not a neighbour, but
+        exchanges may wait on it (swarm/flow/trade_notes.py)."""
+        self.now = now
+        self.stop_resending(node)  # (answers to it would be retransmitted for ever)
+        if self.on_mate_gone(node):
+            self.settle()
+
+    def on_mate_gone(self, node: str) -> bool:
+        """Stage peers settle what they traded with the mate that left; True if anything changed."""
+        return False
+
     def on_timer(self, token: str, now: float) -> None:
         self.now = now
         if token == "retry":

@@ -69,6 +69,7 @@ class PeerAgent(PeerLabels):
         self.init_exchanges()
         self.init_hand_overs()
         self.init_resyncs()
+        self.init_trade_notes()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
@@ -273,7 +274,6 @@ class PeerAgent(PeerLabels):
             self.inflow[h].pop(node, None)
             self.bids[h].pop(node, None)
         self.forget_target(node)
-        self.drop_exchanges(node)
         self.drop_hand_offs(node)
         self.forget_paths(node)
         self.budget = self.preempts = REPAIR_MOVES if lost else 0

@@ -23,6 +23,7 @@ from swarm.flow.messages import (
     Reply,
     Resync,
     Resynced,
+    Traded,
 )
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
@@ -71,7 +72,7 @@ def exchanging(bus: MessageBus) -> set[str]:
         body = envelope.body
         answer = isinstance(body, Reply) and body.exchanged > 0
         ask = isinstance(body, Offer) and body.swap_from is not None
-        moving = (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone, Resync, Resynced)
+        moving = (Exchange, ExchangeDone, Moved, HandOver, HandOff, HandOffDone, Resync, Resynced, Traded)
         if answer or ask or isinstance(body, moving):
             busy |= {envelope.src, envelope.dst}
         if isinstance(body, ExchangeDone) and body.onward is not None:

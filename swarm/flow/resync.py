@@ -44,6 +44,7 @@ class Resyncs(HandOvers):
     def init_resyncs(self) -> None:
         self._asks: dict[int, _Ask] = {}
         self._gave: list[tuple[float, str, str, int, str, float]] = []  # (when, d, a, ask, holder, rate)
+        self._left_mates: dict[str, float] = {}  # stage mates that left -> when (see `gave`)
 
     def dispatch_sender(self, src: str, body: Body) -> bool:
         """Both messages settle a sender's edge (a -> b): they go before the stage roles' handlers."""
@@ -106,9 +107,19 @@ class Resyncs(HandOvers):
 
     # ------------------------------------------------------------------ b
     def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
+        """Remember the move for a's `Resync`; if d already left (a hand-off z answered late), a
+        may have asked already and heard nothing, so b tells a at once."""
         since = self._kept_since()
         self._gave = [e for e in self._gave if e[0] >= since]
+        self._left_mates = {m: t for m, t in self._left_mates.items() if t >= since}
+        if d in self._left_mates:
+            if a in self.prev:
+                self.send(a, Resynced(d, (AskMoved(ask, h, rate),), self.state()))
+            return
         self._gave.append((self.now, d, a, ask, h, rate))
+
+    def mate_left(self, node: str) -> None:
+        self._left_mates[node] = self.now
 
     def on_resync(self, src: str, msg: Resync) -> None:
         asks = set(msg.asks)

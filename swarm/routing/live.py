@@ -47,6 +47,9 @@ class LiveFlow:
     """
 
     retry_s = 0.5
+    # A departed peer's record lingers until its TTL runs out (swarm/presence.py, RECORD_TTL_S):
+    # exchange notes are kept that much longer (swarm/flow/trade_notes.py).
+    departure_s = 30.0
     # Holders start no relabel epochs live (swarm/flow/holder_agent.py). Their stall check reads flow
     # that cannot come home yet as stuck while peers are still joining, and with epochs on,
     # tests/live/test_churn.py's stage of three 1-microbatch/s replicas was not routed to one of them
@@ -171,13 +174,15 @@ class LiveFlow:
         if self.agent is not None:
             for peer in moved:  # its edge costs and link bounds changed
                 self.agent.forget_costs(peer)
-        self.mates = set(mates or ())
+        gone_mates, self.mates = self.mates - set(mates or ()), set(mates or ())
         holders_t = tuple(sorted(holders))
         if holders_t != self.holders or self.agent is None:
             self.holders = holders_t
             self.neighbours = {}
             self.agent = self._make_agent()
         now = self.now()
+        for mate in sorted(gone_mates):  # exchanges may wait on it (swarm/flow/trade_notes.py)
+            self.agent.mate_gone(mate, now)
         for peer in sorted(set(self.neighbours) - set(neighbours)):
             del self.neighbours[peer]
             self.agent.notify(NeighbourGone(peer), now)

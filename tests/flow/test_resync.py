@@ -10,7 +10,17 @@ import pytest
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
-from swarm.flow.messages import AskMoved, Body, Envelope, ExchangeDone, Reply, Resync, Resynced
+from swarm.flow.messages import (
+    AskMoved,
+    Body,
+    Envelope,
+    ExchangeDone,
+    Moved,
+    Reply,
+    Resync,
+    Resynced,
+    Traded,
+)
 from swarm.flow.reference import max_flow_value
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
@@ -63,12 +73,18 @@ def test_resync_messages_cross_the_codec() -> None:
     bus, p = crossed()
     moved = (AskMoved(3, "h", 0.5), AskMoved(7, "h", 1.0))
     waiting = Reply(3, "h", 0.0, p["d"].state(), waiting=True)
-    for body in (Resync("d", (3, 7)), Resynced("d", moved, p["b"].state()), waiting):
+    traded = Traded(5, "h", 1.0, "b", p["c"].state())
+    note = Moved("h", 1.0, "d", p["b"].state(), exchange=5)
+    for body in (Resync("d", (3, 7)), Resynced("d", moved, p["b"].state()), waiting, traded, note):
         assert from_wire(to_wire(Envelope("a", "b", 4, 2, body))).body == body
     raw = to_wire(Envelope("d", "a", 4, 2, waiting))
     for bad in ("yes", 1, None):
         with pytest.raises(WireError):
             from_wire({**raw, "body": {**raw["body"], "waiting": bad}})
+    raw = to_wire(Envelope("c", "d", 4, 2, traded))
+    for field, bad in (("exchange_id", 1.5), ("rate", "1"), ("mate", None)):
+        with pytest.raises(WireError):
+            from_wire({**raw, "body": {**raw["body"], field: bad}})
     raw = to_wire(Envelope("a", "b", 4, 2, Resync("d", (3, 7))))
     for field, bad in (("asks", [1.5]), ("asks", "3"), ("gone", 5)):
         with pytest.raises(WireError):

@@ -84,3 +84,20 @@ def moved(flow: LiveFlow) -> None:
     far = agent.edge_cap("me", "p")
     flow.update(["h"], {"p": 2}, {"p": 0.25}, regions={"p": "Iowa"})  # it re-joined elsewhere
     assert agent.edge_cap("me", "p") > 100 * far
+
+
+def test_a_stage_mate_leaving_the_dht_view_reaches_the_agent() -> None:
+    """Exchange notes (swarm/flow/trade_notes.py) need the mates' departures, and keep their notes
+    for as long as a departed peer's record may linger."""
+    from swarm.presence import RECORD_TTL_S
+
+    assert LiveFlow.departure_s >= RECORD_TTL_S
+
+    def check(flow: LiveFlow) -> None:
+        flow.update(["h"], {"x0": 0, "p": 2}, {"x0": 1.0, "p": 0.25}, mates={"m1", "m2"})
+        gone: list[str] = []
+        flow.agent.on_mate_gone = gone.append  # type: ignore[union-attr, method-assign]
+        flow.update(["h"], {"x0": 0, "p": 2}, {"x0": 1.0, "p": 0.25}, mates={"m2"})
+        assert gone == ["m1"]
+
+    with_flow("Iowa", check)
