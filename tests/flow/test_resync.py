@@ -15,10 +15,12 @@ from swarm.flow.messages import (
     Body,
     Envelope,
     ExchangeDone,
+    HandOff,
     Moved,
     Reply,
     Resync,
     Resynced,
+    TradeCheck,
     Traded,
 )
 from swarm.flow.reference import max_flow_value
@@ -75,7 +77,10 @@ def test_resync_messages_cross_the_codec() -> None:
     waiting = Reply(3, "h", 0.0, p["d"].state(), waiting=True)
     traded = Traded(5, "h", 1.0, "b", p["c"].state())
     note = Moved("h", 1.0, "d", p["b"].state(), exchange=5)
-    for body in (Resync("d", (3, 7)), Resynced("d", moved, p["b"].state()), waiting, traded, note):
+    check, hand_off = TradeCheck(5, "h", "b"), HandOff("h", 1.0, 4, "d", exchange=5)
+    resyncs = (Resync("d", (3, 7)), Resynced("d", moved, p["b"].state()), waiting)
+    bodies = (*resyncs, traded, note, check, hand_off)
+    for body in bodies:
         assert from_wire(to_wire(Envelope("a", "b", 4, 2, body))).body == body
     raw = to_wire(Envelope("d", "a", 4, 2, waiting))
     for bad in ("yes", 1, None):
