@@ -9,8 +9,8 @@ asks each hop it offered there (`Resync`), and b answers what it moved for those
 (`Resynced`). b is the receiving end of a -> b, so a takes b's word for the edge, less what d's
 answers already settled, and pushes what it gets back elsewhere.
 
-(When b leaves instead, a writes a -> b off with it; see the README for what c and d may then still
-disagree on.)
+(When b leaves instead, a writes a -> b off with it; what c and d, or d and z, may then disagree
+on is settled by swarm/flow/trade_notes.py.)
 """
 
 from __future__ import annotations

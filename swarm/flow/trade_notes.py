@@ -194,14 +194,11 @@ class TradeNotes(Resyncs):
     def _heard_from_z(self, z: str, msg: Traded) -> None:
         """z took `rate` of b's flow over as ours, and b's answer never reached us: a late answer."""
         eid = msg.exchange_id
-        p = self._pending.pop(eid, None)
-        late = p is None
-        if late:
-            p = self._expired.pop(eid, None)
+        late = eid not in self._pending
+        p = (self._expired if late else self._pending).get(eid)
         if p is None or p.partner or p.mate != msg.mate:
-            if p is not None:
-                (self._expired if late else self._pending)[eid] = p
             return
+        del (self._expired if late else self._pending)[eid]
         self.finish_hand_over(msg.holder, p, min(max(msg.rate, 0.0), p.rate), z, late=late)
 
 
