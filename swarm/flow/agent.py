@@ -258,6 +258,8 @@ class Sender(LinkUse):
                 for w in self.targets(h):
                     if w == v or self.target_label(h, w) >= mine or self.room(w) <= EPS:
                         continue
+                    if not self.trades and self.target_spare(h, w) <= EPS:
+                        continue  # a swap ask to a full w could never be traded (see `trades`)
                     # moved flow follows every route w already uses, not only its cheapest
                     delta = max(self.target_cheapest(h, w), self.target_worst(h, w)) - cur
                     if best is None or delta < best[0]:
@@ -288,6 +290,12 @@ class Sender(LinkUse):
             self.asked(oid, w, h, (v,))
         self.send(w, offer)
         return True
+
+    # Whether a full next hop could trade our flow (a swap ask). A holder's could not: the only
+    # other sender of its commodity into stage 0 is itself, so there is no partner to trade with,
+    # and an ask without `swap_options` never becomes a hand-over; each ask would cost a refused
+    # round trip and one of the few moves a holder gets.
+    trades = True
 
     def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
         """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/resync.py)."""

@@ -29,6 +29,8 @@ STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for so
 class HolderAgent(Sender):
     """Source and sink of one commodity (this holder's microbatches)."""
 
+    trades = False  # improvement moves go to stage-0 peers with spare only (see `Sender.trades`)
+
     def __init__(
         self,
         node_id: str,

@@ -32,6 +32,7 @@ from swarm.flow.messages import (
     State,
 )
 from swarm.flow.peer import PeerAgent
+from swarm.flow.reference import max_flow_value
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
 from tests.flow.conftest import explicit
@@ -459,3 +460,23 @@ def test_the_ask_budget_bounds_the_scanning_work_not_the_asks_per_hop() -> None:
     for n in range(1, 200):
         assert swap_budget(n) * n <= SCAN_BUDGET
         assert swap_budget(n) <= SWAP_TRIES * n
+
+
+@pytest.mark.parametrize(("peers", "stages", "holders", "seed"), [(12, 3, 2, 2), (30, 3, 3, 3)])
+def test_a_holder_never_asks_for_a_trade_that_cannot_be_made(
+    peers: int, stages: int, holders: int, seed: int
+) -> None:
+    """A stage-0 peer has no sender of the holder's commodity but the holder itself (no partner to
+    trade with), and a holder's ask carries no hops for a hand-over, so every such ask was refused:
+    on these instances the holders sent 1 and 10 of them before. Their improvement moves go to
+    stage-0 peers with spare only, and the swarm still reaches the exact maximum flow."""
+    inst = random_instance(peers, stages, holders, seed)
+    bus = MessageBus(inst, seed=seed)
+    with recorded(bus) as sent:
+        assert bus.run_until_quiescent().quiescent
+    held = set(inst.holder_ids())
+    asks = [e for e in sent if e.src in held and isinstance(e.body, Offer) and e.body.swap_from is not None]
+    assert asks == []
+    assert any(isinstance(e.body, Offer) and e.body.swap_from is not None for e in sent)  # peers still ask
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
