@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarm.flow.ask_budget import SWAP_BATCH, SWAP_REFUND, SWAP_REFUND_MAX, swap_budget
 from swarm.flow.messages import (
     Body,
     Cancel,
@@ -37,7 +36,7 @@ from swarm.flow.messages import (
     SwapOption,
 )
 from swarm.flow.news import EPS
-from swarm.flow.path_news import PathNews
+from swarm.flow.swap_asks import GAIN_S, SwapAsks
 
 # A trade that makes the worst path through its four edges cheaper may cost those edges up to this
 # fraction of what it saves there. On three sweeps (`swarm bench flow-sweep --instances 30 --seed
@@ -45,16 +44,8 @@ from swarm.flow.path_news import PathNews
 # within 5%) and a mean path within 10% on 66; 0.25: 1.066 (37), 65; 0.5: 1.059 (43), 61; 0.75: 1.067
 # (41), 58; 1.0: 1.071 (36), 57.
 WORST_PATH_PRICE = 0.5
-CALM_WAIT = 20.0  # retry periods a peer must go undisturbed before it starts exchanges
-GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to be made
 ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
 EXPIRED_KEPT = 64  # expired exchanges remembered, so that b's late answer is still applied
-# An exchange ask offers d up to this many of the initiator's next hops to trade with (those the
-# initiator's scan found worth a try for d, best first); d picks the trade that pays most. On three
-# sweeps (`swarm bench flow-sweep --instances 30 --seed 0/1/2`), 1 (one hop per ask) gave a max path
-# 1.052x the min-cost flow's (mean) and a mean path within 10% of it on 61 of 90, at 217 messages per
-# peer; 4 gives 1.036x and 65, at 233.
-WIDE_ASKS = 4
 
 
 @dataclass
@@ -68,7 +59,7 @@ class _Pending:
     mate: str
 
 
-class Exchanger(PathNews):
+class Exchanger(SwapAsks):
     """The exchange roles of a stage peer; `PeerAgent` supplies the in-flows and labels."""
 
     inflow: dict[str, dict[str, float]]
@@ -76,12 +67,7 @@ class Exchanger(PathNews):
     last: bool
 
     def init_exchanges(self) -> None:
-        self.init_path_news()
-        self.swap_budget = -1  # set from the number of next hops at the first try
-        self._refunded = 0
-        self._swap_tried: set[tuple[str, str, str]] = set()
-        self._calm_since = 0.0
-        self._polish_armed = False
+        self.init_swap_asks()
         self._held: dict[tuple[str, str], float] = {}  # (holder, partner) -> flow held aside
         self._pending: dict[int, _Pending] = {}
         self._expired: dict[int, _Pending] = {}
@@ -98,114 +84,9 @@ class Exchanger(PathNews):
         """Flow that exchanges we (as d) are waiting on would bring us from initiator a."""
         return sum(p.rate for p in self._pending.values() if p.initiator == a)
 
-    def disturbed(self) -> None:
-        """Someone changed our flows (offer, return, cancel, churn): exchanges wait for calm again."""
-        self._calm_since = self.now
-
-    def reset_exchanges(self) -> None:
-        """Churn or a capacity change: the flows around us moved, every exchange may be worth a try."""
-        self._swap_tried.clear()
-        self.swap_budget = -1
-        self._refunded = 0
-
-    def on_paths(self) -> None:
-        """New path costs: trades tried before may pay now (the budget still bounds them)."""
-        self._swap_tried.clear()
-        self.announce()  # our own path costs may have moved
-        if not self.offers and not self.cancels:
-            self.try_polish()
-
-    # ---------------------------------------------------------- initiator
-    def try_polish(self) -> bool:
-        """Start an exchange once this peer has been left alone for CALM_WAIT retry periods.
-
-        An exchange only pays when the flows around it stay put; tried while the maximum flow is
-        still being found, it trades edges that pushes and returns trade again.
-        """
-        if self.swap_budget < 0:
-            self.swap_budget = swap_budget(len(self.next))
-        if not self.improve or self.swap_budget <= 0:
-            return False
-        wait = self._calm_since + CALM_WAIT * self.env.retry_s - self.now
-        if wait > EPS:
-            if not self._polish_armed:
-                self._polish_armed = True
-                self.env.set_timer(self.id, wait, "polish")
-            return False
-        return self.try_swap()
-
-    def try_swap(self) -> bool:
-        """Ask next hops d, closer than a current next hop b, to trade an in-flow for ours.
-
-        Every improving trade makes one of its two sides cheaper, so trying only next hops closer
-        than the current one finds them all; each (holder, b, d) is tried once, up to SWAP_BATCH
-        at a time (b never gives more than it has, so parallel asks cannot over-move).
-        """
-        if self.offers or self.cancels:
-            return False
-        options: list[tuple[float, str, str, str]] = []
-        tried, link, onwards = self._swap_tried, self.link, self.worst_of
-        holders = self.holders
-        for h in holders:
-            used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
-            if not used:
-                continue
-            farthest = max(there for _, there, _ in used) - EPS
-            dearest = max(there_worst for _, _, there_worst in used) - GAIN_S - EPS
-            for d in self.targets(h):
-                if d in holders:
-                    continue
-                here = link(d)
-                here_worst = here + onwards(h, d)
-                if here >= farthest and here_worst >= dearest:
-                    continue  # neither closer nor cheaper onwards than any hop we use
-                for b, there, there_worst in used:
-                    # closer (the four edges may cost less), or a cheaper worst route onwards (the
-                    # most expensive path through them may get cheaper)
-                    gain = here - there
-                    other = here_worst - there_worst + GAIN_S
-                    if other < gain:
-                        gain = other
-                    if gain < -EPS and b != d and (h, b, d) not in tried:
-                        options.append((gain, h, b, d))
-        options.sort()
-        # one ask offers d several of our hops to trade with (those the scan found worth it, best first)
-        hops_for: dict[tuple[str, str], list[str]] = {}
-        for _, h, b, d in options:
-            hops_for.setdefault((h, d), []).append(b)
-        asked: set[str] = set()
-        for _, h, b, d in options:
-            if len(asked) >= min(SWAP_BATCH, self.swap_budget):
-                break
-            if d in asked:
-                continue
-            asked.add(d)
-            hops = hops_for[(h, d)][:WIDE_ASKS]
-            tried.update((h, x, d) for x in hops)
-            room = self.room(d)
-            rates = [(x, min(self.out[h][x], room)) for x in hops]
-            wide = tuple(SwapOption(x, r, onwards(h, x)) for x, r in rates if r > EPS)
-            if not wide:
-                continue
-            rate = max(o.rate for o in wide)
-            oid = self.add_offer(h, d, rate, b)
-            self.asked(oid, d, h, tuple(o.hop for o in wide))
-            bid = self.fresh_arrival(h) + self.link(d)
-            state, label, worst_b = self.state(), self.label(h), onwards(h, b)
-            ask = Offer(h, rate, oid, label, b, bid=bid, state=state, swap_worst=worst_b, swap_options=wide)
-            self.send(d, ask)
-        self.swap_budget -= len(asked)
-        return bool(asked)
-
+    # ------------------------------------------------------------------ b (hook)
     def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
         """We (as b) moved `rate` of a's flow over to our mate d for a's ask (see resync.py)."""
-
-    def on_traded(self) -> None:
-        """An exchange we asked for was made: asks pay here, so this peer may ask a few more."""
-        refund = min(SWAP_REFUND, SWAP_REFUND_MAX - self._refunded)
-        if refund > 0 and self.swap_budget >= 0:
-            self._refunded += refund
-            self.swap_budget += refund
 
     # ------------------------------------------------------------------ d
     def start_exchange(self, a: str, msg: Offer) -> bool:
@@ -408,4 +289,4 @@ class Exchanger(PathNews):
         self._worst_cache.clear()
 
 
-__all__ = ["Exchanger", "CALM_WAIT", "SWAP_REFUND", "SWAP_REFUND_MAX"]
+__all__ = ["Exchanger", "ANSWER_WAIT", "GAIN_S", "WORST_PATH_PRICE"]

@@ -15,7 +15,6 @@ from swarm.flow import cost
 from swarm.flow.ask_budget import SCAN_BUDGET, SWAP_TRIES, swap_budget
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
-from swarm.flow.exchange import SWAP_REFUND, SWAP_REFUND_MAX
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
 from swarm.flow.messages import (
@@ -33,6 +32,7 @@ from swarm.flow.messages import (
 )
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value
+from swarm.flow.swap_asks import SWAP_REFUND, SWAP_REFUND_MAX
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
 from tests.flow.conftest import explicit
