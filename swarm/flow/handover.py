@@ -92,7 +92,8 @@ class HandOvers(Exchanger):
     def finish_hand_over(
         self, h: str, p: _Pending, moved: float, onward: str | None, late: bool, waited: bool = False
     ) -> None:
-        """b handed `moved` of a's flow over to us, to run on to `onward` (or nothing: `moved` 0)."""
+        """b handed `moved` of a's flow over to us, to run on to `onward` (or nothing: `moved` 0).
+        `late`: we gave up on b (it left) and released the reservation; z told us instead."""
         if not late:
             self.reserved = max(0.0, self.reserved - p.rate)
         moved = max(moved, 0.0)
@@ -108,7 +109,7 @@ class HandOvers(Exchanger):
         if p.initiator not in self.prev:
             return  # a left: the flow we now send on has no sender, cancel_deficit withdraws it
         self.relabel()
-        if late:
+        if late or p.answered:  # a heard "nothing so far" already: the hand-over goes as `Moved`
             if moved > EPS:
                 self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))
             return

@@ -158,7 +158,7 @@ class TradeNotes(Resyncs):
         for eid in waiting:
             p = self._pending[eid]
             if not p.partner:  # a hand-over: z tells us if it took the flow over (a late answer)
-                self.expire_exchange(eid)
+                self.give_up(eid)
             elif p.partner in self.prev:
                 self._checking[eid] = p
                 self.send(p.partner, TradeCheck(eid, p.offer.holder, node))
