@@ -149,6 +149,7 @@ class TradeNotes(Resyncs):
         """Our stage mate b left: tell each partner c what b traded of its flow with us, ask the
         partners of the exchanges still waiting for b, and stop waiting for b's hand-overs."""
         self.mate_left(node)
+        self.orphan_hand_offs(node)
         self._prune()
         notes = sorted(self._traded_out.items())
         told = [(e, n) for e, n in notes if n.mate == node and n.other in self.prev]

@@ -118,6 +118,19 @@ def test_answers_to_a_mate_that_left_are_not_retransmitted_for_ever() -> None:
     settled(bus)
 
 
+def test_a_hand_over_whose_d_left_is_settled_with_z_and_not_answered_to_d() -> None:
+    """d leaves while b waits for z's answer to d's hand-over: z's answer still settles a's flow at
+    b, and b does not answer d (it would retransmit for ever: d is b's mate, not its neighbour,
+    and the mate's departure came before the answer)."""
+    bus, p = handing_over()
+    assert p["a"].try_swap()
+    run_until_next(bus, lambda body, dst: isinstance(body, HandOffDone) and dst == "b")
+    bus.remove_peer("d")
+    assert bus.run_until_quiescent().quiescent
+    assert not any(e.dst == "d" for e, _ in p["b"]._unacked.values())
+    settled(bus)
+
+
 TRADING = (Exchange, ExchangeDone, HandOver, HandOff, HandOffDone, Moved)
 
 
