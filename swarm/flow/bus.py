@@ -107,6 +107,11 @@ class MessageBus:
     def edge_capacity(self, a: str, b: str) -> float:
         return self.instance.edge_capacity(a, b)
 
+    def is_mate(self, a: str, b: str) -> bool:
+        """Whether b is a live peer of a's stage (exchanges ask only those, see `Node.mate_known`)."""
+        agents = self.agents
+        return a != b and a in agents and b in agents and agents[a].stage == agents[b].stage
+
     # ------------------------------------------------------------ running
     def _step(self) -> None:
         t, _, kind, item = heapq.heappop(self._heap)

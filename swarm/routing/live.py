@@ -127,6 +127,10 @@ class LiveFlow:
         ab, ba = self._links(a, b) or (LOOPBACK, LOOPBACK)
         return link_cost(ca, cb, ab, ba, self.activation_bytes)
 
+    def is_mate(self, a: str, b: str) -> bool:
+        """Whether b is a peer of our stage in our DHT view (exchanges ask only those)."""
+        return b in self.mates
+
     def edge_capacity(self, a: str, b: str) -> float:
         """Microbatches/s the link pair between a and b carries (inf when a region is unknown)."""
         links = self._links(a, b)

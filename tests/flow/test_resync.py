@@ -3,16 +3,12 @@ a's next hop b moved a's flow, and before d told a, a asks b and takes its word 
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
 from swarm.flow import cost
-from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.messages import (
     AskMoved,
-    Body,
     Envelope,
     ExchangeDone,
     HandOff,
@@ -26,17 +22,7 @@ from swarm.flow.messages import (
 from swarm.flow.reference import max_flow_value
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
-from tests.flow.test_exchange import crossed, handing_over, recorded
-
-
-def run_until_next(bus: MessageBus, wanted: Callable[[Body, str], bool]) -> None:
-    """Deliver messages until the next one due is `wanted` (body, addressee)."""
-    while bus._heap:
-        _, _, kind, item = bus._heap[0]
-        if kind == 0 and wanted(item.body, item.dst):
-            return
-        bus._step()
-    raise AssertionError("the awaited message never came")
+from tests.flow.test_exchange import crossed, handing_over, recorded, run_until_next
 
 
 @pytest.mark.parametrize("setup", [crossed, handing_over], ids=["exchange", "hand-over"])
