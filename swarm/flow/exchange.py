@@ -44,8 +44,8 @@ from swarm.flow.swap_asks import GAIN_S, SwapAsks
 # within 5%) and a mean path within 10% on 66; 0.25: 1.066 (37), 65; 0.5: 1.059 (43), 61; 0.75: 1.067
 # (41), 58; 1.0: 1.071 (36), 57.
 WORST_PATH_PRICE = 0.5
-ANSWER_WAIT = 8.0  # retry periods d waits for b (a stage mate: no failure detector tells d it left)
-EXPIRED_KEPT = 64  # expired exchanges remembered, so that b's late answer is still applied
+ANSWER_WAIT = 8.0  # retry periods before d tells a "nothing so far" (it still waits for b: `expire_exchange`)
+EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
 
 @dataclass

@@ -29,11 +29,11 @@ from swarm.flow.news import EPS
 from swarm.flow.resync import Resyncs
 
 # Retry periods a trade is remembered at the end that applied it (c and z keep theirs twice as long,
-# so that what they applied is still known when d's note of it comes). b retransmits its answers
-# every retry period until acknowledged, so after a few periods both ends have them or b is long gone;
-# d waits as long for b's answer anyway. 32 periods (RESYNC_KEEP) took the 20% churn of the README's
-# 8 x 160 and 16 x 160 instances to 1,626 and 337 notes, nearly all told to an end that had heard
-# (62 and 5 with 8).
+# so that what they applied is still known when d's note of it comes; older, c would answer d's
+# `TradeCheck` with 0). b retransmits its answers every retry period until acknowledged, so after a
+# few periods both ends have them or b is long gone. 32 periods (RESYNC_KEEP) took the 20% churn of
+# the README's 8 x 160 and 16 x 160 instances to 1,626 and 337 notes, nearly all told to an end that
+# had heard (62 and 5 with 8).
 NOTE_KEEP = ANSWER_WAIT
 
 
