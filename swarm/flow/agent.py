@@ -16,6 +16,7 @@ from swarm.flow.messages import (
     Body,
     Cancel,
     CancelDone,
+    EdgesDropped,
     NeighbourGone,
     NeighbourJoined,
     Offer,
@@ -53,6 +54,9 @@ class Sender(LinkUse):
         self.cancels: dict[int, tuple[str, str, float]] = {}
         self._offered: dict[tuple[str, str], float] = {}
         self._offered_h: dict[str, float] = {}
+        # move offer -> the edge generation of each hop it may move flow off, when it was made: a
+        # hop that one of us wrote off since had that edge dropped on both sides (see on_reply)
+        self._old_gen: dict[int, dict[str, int]] = {}
         self.init_link_use()
         self._ids = 0
         self.rng = random.Random(seed)
@@ -102,6 +106,8 @@ class Sender(LinkUse):
         oid = self._new_id()
         self.flows_moved()
         self.offers[oid] = (h, v, rate, old)
+        if old is not None:
+            self._old_gen[oid] = {old: self._gen.get(old, 0)}
         self._offered[(h, v)] = self._offered.get((h, v), 0.0) + rate
         if old is None:
             self._offered_h[h] = self._offered_h.get(h, 0.0) + rate
@@ -109,6 +115,7 @@ class Sender(LinkUse):
 
     def pop_offer(self, oid: int) -> tuple[str, str, float, str | None] | None:
         entry = self.offers.pop(oid, None)
+        self._old_gen.pop(oid, None)
         if entry is not None:
             self.flows_moved()
             h, v, rate, old = entry
@@ -306,6 +313,7 @@ class Sender(LinkUse):
     # ------------------------------------------------------------ replies
     def on_reply(self, src: str, msg: Reply) -> None:
         self.observe(msg.state)
+        gens = self._old_gen.get(msg.offer_id, {})
         entry = self.pop_offer(msg.offer_id)
         if entry is None:
             return
@@ -322,7 +330,8 @@ class Sender(LinkUse):
             if moved > EPS:  # the old hop already let go of this much (an exchange)
                 if msg.swapped is not None:
                     old = msg.swapped  # the receiver chose another of the hops we offered to trade
-                if old in self.next:  # (else we wrote it off when it left, this flow with it)
+                # (else we wrote it off, this flow with it, when it left or since: see `_old_gen`)
+                if old in self.next and gens.get(old, -1) in (-1, self._gen.get(old, 0)):
                     self.out[h][old] = self.out[h].get(old, 0.0) - moved
                     self.flows_moved()
                 self.on_traded()
@@ -348,18 +357,16 @@ class Sender(LinkUse):
         self._worst_cache.clear()
 
     def write_off(self, node: str, inflow: dict[str, float], out: dict[str, float]) -> None:
-        """Tell a neighbour we consider gone which flows we wrote off (best effort, no retries).
+        """Tell a neighbour we consider gone that we dropped our flows with it (best effort).
 
         A crashed peer never reads it. A live one that was only thought gone (a failed call, a stale
-        record) drops the same flows, so the two sides agree again when it is rediscovered: it would
-        otherwise keep counting our old in-flow against its capacity and never be offered work.
+        record) drops its side too, so the two sides agree again when it is rediscovered: it would
+        otherwise keep counting our old in-flow against its capacity and never be offered work. The
+        envelope's newer edge generation says it (`Node._same_generation`), and so does any later
+        message of ours, should this one be lost.
         """
-        for h, rate in inflow.items():
-            if rate > EPS:
-                self.send(node, Return(h, rate, self.state()), reliable=False)
-        for h, rate in out.items():
-            if rate > EPS:
-                self.send(node, Cancel(h, rate, self._new_id()), reliable=False)
+        if any(r > EPS for r in (*inflow.values(), *out.values())):
+            self.send(node, EdgesDropped(), reliable=False)
 
     def forget_target(self, node: str) -> None:
         """A next hop is gone: its flow vanishes, offers to it count as rejected."""

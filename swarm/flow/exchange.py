@@ -58,6 +58,8 @@ class _Pending:
     rate: float
     mate: str
     answered: bool = False  # a heard "nothing moved so far" (`Reply.waiting`): b's answer goes as `Moved`
+    dropped: bool = False  # a wrote us off meanwhile (see `drop_initiator`): its flow does not come to us
+    partner_gen: int = 0  # our edge generation with the partner c when we asked b (see `_partner_flow`)
 
 
 class Exchanger(SwapAsks):
@@ -86,6 +88,10 @@ class Exchanger(SwapAsks):
         return sum(p.rate for p in self._pending.values() if p.initiator == a)
 
     # ------------------------------------------------------------------ b (hook)
+    def ask_closed(self, d: str, a: str, ask: int) -> bool:
+        """Whether a settled its ask to d with us already (see swarm/flow/resync.py)."""
+        return False
+
     def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
         """We (as b) moved `rate` of a's flow over to our mate d for a's ask (see resync.py)."""
 
@@ -144,8 +150,9 @@ class Exchanger(SwapAsks):
             return False
         self._held[(h, c)] = self._held.get((h, c), 0.0) + rate
         eid = self._new_id()
-        self._pending[eid] = _Pending(a, msg, c, rate, b)
-        self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id))
+        gen = self._gen.get(c, 0)
+        self._pending[eid] = _Pending(a, msg, c, rate, b, partner_gen=gen)
+        self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id, partner_gen=gen))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
@@ -220,10 +227,10 @@ class Exchanger(SwapAsks):
         if not p.partner:
             self.finish_hand_over(h, p, moved, msg.onward, late=True)
             return
-        if p.partner in self.inflow[h]:
+        if self._partner_flow(h, p):
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
             self.exchange_applied(msg.exchange_id, p, moved)
-        if p.initiator in self.prev:
+        if self.initiator_here(p):
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))
             self._return_link_overflow(p.initiator, h)
@@ -251,9 +258,9 @@ class Exchanger(SwapAsks):
         self._held[key] = self._held.get(key, 0.0) - p.rate
         if self._held[key] <= EPS:
             del self._held[key]
-        if moved > EPS and p.partner in self.inflow[h]:
+        if moved > EPS and self._partner_flow(h, p):
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
-        if p.initiator not in self.prev:
+        if not self.initiator_here(p):
             return
         if moved > EPS:
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
@@ -269,6 +276,23 @@ class Exchanger(SwapAsks):
         reply = Reply(p.offer.offer_id, h, moved, state, exchanged=moved, swapped=p.mate, waiting=waited)
         self.send(p.initiator, reply)
 
+    def _partner_flow(self, h: str, p: _Pending) -> bool:
+        """Whether c's flow that b took off c -> d is still counted here: c is our neighbour and
+        neither of us wrote the other off since we asked b (that dropped the edge on both sides)."""
+        return p.partner in self.inflow[h] and self._gen.get(p.partner, 0) == p.partner_gen
+
+    def initiator_here(self, p: _Pending) -> bool:
+        """Whether a's flow that b moves to us has a sender: a is our neighbour and did not write us
+        off meanwhile (then a settles a -> b with b, `Resync`, and the flow is a's to push again)."""
+        return p.initiator in self.prev and not p.dropped
+
+    def drop_initiator(self, a: str) -> None:
+        """a wrote us off (see `Node._same_generation`): trades it asked us for no longer bring us
+        its flow, whatever b answers."""
+        for p in (*self._pending.values(), *self._expired.values()):
+            if p.initiator == a:
+                p.dropped = True
+
     def exchange_parties(self) -> set[str]:
         """The peers of the exchanges we (as d) are waiting on: us, the initiators, mates, partners."""
         parties: set[str] = set()
@@ -282,14 +306,15 @@ class Exchanger(SwapAsks):
         h, a, c = msg.holder, msg.sender, msg.partner
         moved = 0.0
         # c replaces a as a sender: our label must not drop (news that would ripple through the swarm)
-        keeps = self.view_label(c, h) + 1 >= self.label(h)
+        keeps = self.view_label(c, h) + 1 >= self.label(h) and not self.ask_closed(src, a, msg.ask)
         if h in self.inflow and a in self.prev and c in self.prev and a != c and keeps:
             moved = min(msg.rate, self.movable(h, a), self.in_room(c))
         if moved > EPS:
             self.inflow[h][a] -= moved
             self.inflow[h][c] = self.inflow[h].get(c, 0.0) + moved
             self.bids[h].pop(c, None)
-            self.send(c, Moved(h, moved, src, self.state(), exchange=msg.exchange_id))
+            state = self.state()
+            self.send(c, Moved(h, moved, src, state, exchange=msg.exchange_id, old_gen=msg.partner_gen))
             self.gave(src, h, a, msg.ask, moved)
         else:
             moved = 0.0
@@ -300,16 +325,20 @@ class Exchanger(SwapAsks):
         """An exchange between two of our next hops moved some of our flow from `old` to `src`."""
         self.observe(msg.state)
         h = msg.holder
-        if src not in self.next or h not in self.out:  # not ours to send to: withdraw it
-            if h in self.out and msg.old in self.next:  # it left `old` all the same
+        # the edge to `old` moves unless one of us wrote the other off since the trade (`Moved.old_gen`)
+        old_moves = msg.old in self.next and msg.old_gen in (-1, self._gen.get(msg.old, 0))
+        if src not in self.next or h not in self.out or src == self._fenced_src:
+            # not ours to send to (or from before we wrote src off and found it again): withdraw it
+            if h in self.out and old_moves:  # it left `old` all the same
                 self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
                 self.flows_moved()
                 self._worst_cache.clear()
-            self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
+            if src != self._fenced_src:  # (a stale one: src dropped that flow when it saw us write it off)
+                self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
             return
         self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate
         self.flows_moved()
-        if msg.old in self.next:  # (unless we already wrote that hop off; may dip below zero
+        if old_moves:  # (unless we already wrote that hop off; may dip below zero
             # while our offer to it is unanswered: its reply adds what it accepted)
             self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
             self.flows_moved()

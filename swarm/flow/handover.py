@@ -103,11 +103,11 @@ class HandOvers(Exchanger):
             self.flows_moved()
             self._worst_cache.clear()
         # (if z left meanwhile, b let go of a's flow all the same: it is ours, to push on elsewhere)
-        if moved > EPS and p.initiator in self.prev:
+        if moved > EPS and self.initiator_here(p):
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             if p.offer.bid is not None:
                 self.bids[h][p.initiator] = p.offer.bid
-        if p.initiator not in self.prev:
+        if not self.initiator_here(p):
             return  # a left: the flow we now send on has no sender, cancel_deficit withdraws it
         self.relabel()
         if late or p.answered:  # a heard "nothing so far" already: the hand-over goes as `Moved`
@@ -125,7 +125,8 @@ class HandOvers(Exchanger):
         b -> z); otherwise answer d that nothing moved."""
         h, a, d = msg.holder, msg.sender, src
         rate, z = 0.0, None
-        if h in self.inflow and a in self.prev and not self.link_limits:
+        open_ask = not self.ask_closed(d, a, msg.ask)
+        if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
             z = self._hand_over_hop(h, a, d, msg) if rate > EPS else None
         if z is None:

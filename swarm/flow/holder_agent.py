@@ -133,6 +133,12 @@ class HolderAgent(Sender):
         self.forget_target(node)
         self.budget = self.preempts = 2 if lost else 0
 
+    def drop_edges(self, node: str) -> None:
+        """`node` wrote us off (see `Node._same_generation`): drop our side of our edges with it."""
+        self.sink_in.pop(node, None)
+        Sender.forget_target(self, node)
+        self._told.pop(node, None)
+
     def on_joined(self) -> None:
         self.budget = self.preempts = 0
 

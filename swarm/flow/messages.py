@@ -141,6 +141,7 @@ class Exchange:
     sender: str
     partner: str
     ask: int = -1  # the sender's offer id of the ask (see `Resync`)
+    partner_gen: int = -1  # d's edge generation with `partner` (see `Moved.old_gen`)
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,9 @@ class HandOffDone:
 class Moved:
     """`rate` of the addressee's flow that ran to `old` runs to the message's sender from now on.
     `ask`: the addressee's exchange ask this settles late (its offer id), if any. `exchange`: the
-    exchange of `old` (its id there) that moved it, when the sender is that exchange's b."""
+    exchange of `old` (its id there) that moved it, when the sender is that exchange's b. `old_gen`:
+    the edge generation between `old` and the addressee the trade was made in (-1: not known); if
+    either has written the other off since, that edge was dropped on both sides and stays as is."""
 
     holder: str
     rate: float
@@ -209,6 +212,7 @@ class Moved:
     state: State
     ask: int = -1
     exchange: int = -1
+    old_gen: int = -1
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,12 @@ class Paths:
 
 
 @dataclass(frozen=True)
+class EdgesDropped:
+    """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
+    you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
+
+
+@dataclass(frozen=True)
 class Ack:
     """Acknowledges envelope `seq` (and the envelope's `acks`); never acknowledged itself."""
 
@@ -323,6 +333,7 @@ Body = (
     | TradeCheck
     | Announce
     | Paths
+    | EdgesDropped
     | Ack
 )
 
@@ -333,6 +344,9 @@ class Envelope:
 
     `acks` acknowledges envelopes the sender got from the addressee: acknowledgements ride on the
     next message to that node (a reply, usually) instead of costing a message each.
+
+    `gen` counts how often the sender wrote the addressee off (see `Node.receive`): flow messages
+    from an older generation are stale, and a newer one tells the addressee to drop its side too.
     """
 
     src: str
@@ -341,3 +355,4 @@ class Envelope:
     depth: int
     body: Body
     acks: tuple[int, ...] = ()
+    gen: int = 0

@@ -17,13 +17,25 @@ from swarm.flow.messages import (
     Ack,
     Announce,
     Body,
+    Cancel,
+    CancelDone,
+    EdgesDropped,
     Envelope,
+    HandOff,
+    HandOffDone,
+    Moved,
     NeighbourGone,
     NeighbourJoined,
+    Offer,
     Paths,
+    Reply,
+    Return,
     State,
 )
 from swarm.flow.news import EPS, Announcer, summary_of
+
+# Messages that move flow on the edges between sender and addressee (see `Node._same_generation`).
+FENCED = (Offer, Reply, Cancel, CancelDone, Return, HandOff, HandOffDone)
 
 
 class Env(Protocol):
@@ -75,6 +87,8 @@ class Node(Announcer):
         self.ack_s = env.retry_s / 8.0
         self._owed: dict[str, list[int]] = {}
         self._ack_armed = False
+        self._gen: dict[str, int] = {}  # node -> how often one of us wrote the other off (see receive)
+        self._fenced_src = ""  # set while a stale `Moved` is handled (see receive)
         self._static_costs = bool(getattr(env, "static_costs", False))
         self._links: dict[str, float] = {}  # edge costs to neighbours, when the env says they are static
         # links carry at most bandwidth / activation bytes microbatches/s (`Instance.link_capacity`)
@@ -97,11 +111,12 @@ class Node(Announcer):
             self._told[dst] = self._summary
         self.sent += 1
         acks = tuple(self._owed.pop(dst, ()))
+        gen = self._gen.get(dst, 0)
         if not reliable:
-            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body, acks))
+            self.env.transmit(Envelope(self.id, dst, -1, self.depth + 1, body, acks, gen))
             return
         self._seq += 1
-        env = Envelope(self.id, dst, self._seq, self.depth + 1, body, acks)
+        env = Envelope(self.id, dst, self._seq, self.depth + 1, body, acks, gen)
         self._unacked[self._seq] = (env, self.now)
         self.env.transmit(env)
         if not self._retry_armed:
@@ -152,7 +167,13 @@ class Node(Announcer):
             sent = self._unacked.get(seq)
             if sent is not None and sent[0].dst == envelope.src:
                 del self._unacked[seq]
-        if isinstance(body, Ack):
+        if isinstance(body, Ack) and envelope.gen <= self._gen.get(envelope.src, 0):
+            return
+        if not self._same_generation(envelope):
+            if envelope.seq >= 0:
+                self._owe_ack(envelope.src, envelope.seq)
+            return
+        if isinstance(body, (Ack, EdgesDropped)):
             return
         if envelope.seq >= 0:
             self._owe_ack(envelope.src, envelope.seq)
@@ -167,8 +188,37 @@ class Node(Announcer):
             self.paths[envelope.src] = body
             self.on_paths()
             return
-        self.handle(envelope.src, body)
+        stale_move = isinstance(body, Moved) and envelope.gen < self._gen.get(envelope.src, 0)
+        self._fenced_src = envelope.src if stale_move else ""  # (see `_same_generation`)
+        try:
+            self.handle(envelope.src, body)
+        finally:
+            self._fenced_src = ""
         self.settle()
+
+    def _same_generation(self, envelope: Envelope) -> bool:
+        """Edge generations: a node that writes a neighbour off (a failed call, a lapsed record)
+        drops every flow on their edges and counts one generation more for that neighbour; its
+        messages carry the count. The neighbour, alive after all, drops its side when it first sees
+        the newer generation, and messages that move flow on their edges from before (either way)
+        are stale: acknowledged and dropped, since the state they would change was dropped on both
+        sides. A `Moved` from before still counts for the edge it moved our flow off (it is handled
+        as from a neighbour written off). False (drop it) for a stale flow message.
+
+        Without this, the two sides of a neighbour wrongly written off while flow was moving ended
+        out of step: an acceptance that arrived after the write-off was ignored, the flow's later
+        return was not.
+        """
+        src, gen = envelope.src, envelope.gen
+        mine = self._gen.get(src, 0)
+        if gen > mine:
+            self._gen[src] = gen
+            self.drop_edges(src)
+            return True
+        return gen == mine or not isinstance(envelope.body, FENCED)
+
+    def drop_edges(self, node: str) -> None:
+        """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""
 
     def _owe_ack(self, src: str, seq: int) -> None:
         """Acknowledge later: on our next message to `src`, or alone after `ack_s` at the latest."""
@@ -182,13 +232,15 @@ class Node(Announcer):
         owed, self._owed = self._owed, {}
         for src, seqs in owed.items():
             self.sent += 1
-            self.env.transmit(Envelope(self.id, src, 0, 0, Ack(seqs[0]), tuple(seqs[1:])))
+            gen = self._gen.get(src, 0)
+            self.env.transmit(Envelope(self.id, src, 0, 0, Ack(seqs[0]), tuple(seqs[1:]), gen))
 
     def notify(self, event: NeighbourGone | NeighbourJoined, now: float) -> None:
         """Failure detector / discovery events from the environment."""
         self.now = now
         self._epochs_told.pop(event.node, None)  # a node that rejoins starts without our epochs
         if isinstance(event, NeighbourGone):
+            self._gen[event.node] = self._gen.get(event.node, 0) + 1  # (see `_same_generation`)
             self.prev.discard(event.node)
             self.next.discard(event.node)
             self.views.pop(event.node, None)

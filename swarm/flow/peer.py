@@ -32,6 +32,7 @@ from swarm.flow.messages import (
     Return,
     State,
 )
+from swarm.flow.resync import Resyncs
 
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
@@ -278,6 +279,24 @@ class PeerAgent(PeerLabels):
         self.forget_paths(node)
         self.budget = self.preempts = REPAIR_MOVES if lost else 0
         if lost:
+            self.reset_exchanges()
+        self.disturbed()
+
+    def drop_edges(self, node: str) -> None:
+        """`node` wrote us off (we are alive after all): drop our side of our edges with it, as it
+        did, and re-plan like a peer that lost flow. Trade notes stay: node did not leave."""
+        lost = any(max(self.inflow[h].get(node, 0.0), self.out[h].get(node, 0.0)) > EPS for h in self.holders)
+        for h in self.holders:
+            self.inflow[h].pop(node, None)
+            self.bids[h].pop(node, None)
+        # as a: asks to node that b may have acted on are settled with b (`Resync`); no trade notes
+        # (swarm/flow/trade_notes.py), which are for a b that left: node did not
+        Resyncs.forget_target(self, node)
+        self.drop_hand_offs(node)
+        self.drop_initiator(node)
+        self._told.pop(node, None)  # it dropped what it knew of us too
+        if lost:
+            self.budget = max(self.budget, REPAIR_MOVES)
             self.reset_exchanges()
         self.disturbed()
 

@@ -35,6 +35,7 @@ class _Ask:
     hops: tuple[str, ...]
     at: float
     applied: dict[str, float] = field(default_factory=dict)  # hop -> flow the mate's answers moved
+    gens: dict[str, int] = field(default_factory=dict)  # hop -> our edge generation with it then
     resynced: bool = False  # settled by a hop's `Resynced`: a late answer of the mate moves no more
 
 
@@ -45,6 +46,7 @@ class Resyncs(HandOvers):
         self._asks: dict[int, _Ask] = {}
         self._gave: list[tuple[float, str, str, int, str, float]] = []  # (when, d, a, ask, holder, rate)
         self._left_mates: dict[str, float] = {}  # stage mates that left -> when (see `gave`)
+        self._closed: dict[tuple[str, str, int], float] = {}  # (d, a, ask) settled by a Resync -> when
 
     def dispatch_sender(self, src: str, body: Body) -> bool:
         """Both messages settle a sender's edge (a -> b): they go before the stage roles' handlers."""
@@ -64,7 +66,7 @@ class Resyncs(HandOvers):
         since = self._kept_since()
         for old in [k for k, ask in self._asks.items() if ask.at < since]:
             del self._asks[old]
-        self._asks[oid] = _Ask(d, h, hops, self.now)
+        self._asks[oid] = _Ask(d, h, hops, self.now, gens={x: self._gen.get(x, 0) for x in hops})
 
     def on_reply(self, src: str, msg: Reply) -> None:
         if not msg.waiting and msg.offer_id in self.offers:
@@ -73,7 +75,10 @@ class Resyncs(HandOvers):
 
     def on_moved(self, src: str, msg: Moved) -> None:
         ask = self._asks.get(msg.ask) if msg.ask >= 0 else None
-        if ask is not None and ask.resynced:  # the hop's word settled the old edge: only src's moves
+        reset = ask is not None and ask.gens.get(msg.old, 0) != self._gen.get(msg.old, 0)
+        if ask is not None and (ask.resynced or reset):
+            # the hop's word settled the old edge, or one of us wrote the other off since (the edge
+            # was dropped on both sides): only src's side moves
             msg = dataclasses.replace(msg, old="")
         elif ask is not None and msg.holder in self.out and msg.old in self.next:
             ask.applied[msg.old] = ask.applied.get(msg.old, 0.0) + msg.rate
@@ -97,6 +102,8 @@ class Resyncs(HandOvers):
             ask = self._asks.get(m.ask)
             if ask is None or ask.mate != msg.gone or src not in self.next or m.holder not in self.out:
                 continue
+            if ask.gens.get(src, 0) != self._gen.get(src, 0):
+                continue  # one of us wrote the other off since the ask: that edge was dropped
             done = ask.applied.get(src, 0.0)
             ask.applied[src] = max(done, m.rate)
             ask.resynced = True
@@ -121,7 +128,16 @@ class Resyncs(HandOvers):
     def mate_left(self, node: str) -> None:
         self._left_mates[node] = self.now
 
+    def ask_closed(self, d: str, a: str, ask: int) -> bool:
+        """a settled its ask to d with us (`Resync`) already: d's trade for it, should it still come
+        (d was only thought gone, or its message was on its way), moves nothing."""
+        return (d, a, ask) in self._closed
+
     def on_resync(self, src: str, msg: Resync) -> None:
+        since = self._kept_since()
+        self._closed = {k: t for k, t in self._closed.items() if t >= since}
+        for ask in msg.asks:
+            self._closed[(msg.gone, src, ask)] = self.now
         asks = set(msg.asks)
         mine, rest = [], []
         for e in self._gave:

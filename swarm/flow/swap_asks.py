@@ -122,6 +122,7 @@ class SwapAsks(PathNews):
                 continue
             rate = max(o.rate for o in wide)
             oid = self.add_offer(h, d, rate, b)
+            self._old_gen[oid] = {o.hop: self._gen.get(o.hop, 0) for o in wide}
             self.asked(oid, d, h, tuple(o.hop for o in wide))
             bid = self.fresh_arrival(h) + self.link(d)
             state, label, worst_b = self.state(), self.label(h), onwards(h, b)

@@ -189,7 +189,7 @@ class TradeNotes(Resyncs):
         else:
             self._expired.pop(eid, None)  # (it was let go when we stopped waiting for b)
         self._traded_out[eid] = _Note(p.mate, h, rate, self.now, c)
-        if rate > EPS and c in self.inflow[h]:
+        if rate > EPS and self._partner_flow(h, p):
             self.inflow[h][c] = max(0.0, self.inflow[h][c] - rate)
 
     def _heard_from_z(self, z: str, msg: Traded) -> None:
