@@ -168,7 +168,14 @@ class Exchanger(SwapAsks):
         return False
 
     def finish_hand_over(
-        self, h: str, p: _Pending, moved: float, onward: str | None, late: bool, waited: bool = False
+        self,
+        h: str,
+        p: _Pending,
+        moved: float,
+        onward: str | None,
+        late: bool,
+        waited: bool = False,
+        onward_gen: int = -1,
     ) -> None:
         """Settle our side of a hand-over b answered (or gave up on); see swarm/flow/handover.py."""
 
@@ -212,10 +219,14 @@ class Exchanger(SwapAsks):
     def on_exchange_done(self, src: str, msg: ExchangeDone) -> None:
         """b moved `moved` of a's flow to us and took as much of c's: settle our side, answer a."""
         self.observe(msg.state)
+        if self.checking(msg.exchange_id):
+            # we asked c what b moved (b was thought gone): c's answer settles c -> d, since c
+            # ignores b's `Moved` once it has answered (swarm/flow/trade_notes.py)
+            return
         p = self._pending.pop(msg.exchange_id, None)
         if p is not None:
             moved = min(max(msg.moved, 0.0), p.rate)
-            self._finish(msg.holder, p, moved, msg.onward)
+            self._finish(msg.holder, p, moved, msg.onward, onward_gen=msg.onward_gen)
             if p.partner and moved > EPS:
                 self.exchange_applied(msg.exchange_id, p, moved)
             return
@@ -225,7 +236,7 @@ class Exchanger(SwapAsks):
             return
         h = p.offer.holder  # b did move the flows after all, so our side follows
         if not p.partner:
-            self.finish_hand_over(h, p, moved, msg.onward, late=True)
+            self.finish_hand_over(h, p, moved, msg.onward, late=True, onward_gen=msg.onward_gen)
             return
         if self._partner_flow(h, p):
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
@@ -249,10 +260,16 @@ class Exchanger(SwapAsks):
             self.send(u, Return(h, rate, self.state()))
 
     def _finish(
-        self, h: str, p: _Pending, moved: float, onward: str | None = None, waited: bool = False
+        self,
+        h: str,
+        p: _Pending,
+        moved: float,
+        onward: str | None = None,
+        waited: bool = False,
+        onward_gen: int = -1,
     ) -> None:
         if not p.partner:  # a hand-over (no partner in-flow was held)
-            self.finish_hand_over(h, p, moved, onward, late=False, waited=waited)
+            self.finish_hand_over(h, p, moved, onward, late=False, waited=waited, onward_gen=onward_gen)
             return
         key = (h, p.partner)
         self._held[key] = self._held.get(key, 0.0) - p.rate

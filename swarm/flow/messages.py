@@ -147,13 +147,16 @@ class Exchange:
 @dataclass(frozen=True)
 class ExchangeDone:
     """How much of an exchange was applied (less when the sender's flow had shrunk meanwhile).
-    After a `HandOver`, `onward` is the next hop the handed-over flow runs to from now on."""
+    After a `HandOver`, `onward` is the next hop the handed-over flow runs to from now on, and
+    `onward_gen` the edge generation between it and d that it took the flow over in: if one of
+    them wrote the other off since, that edge was dropped on both sides, the flow with it."""
 
     exchange_id: int
     holder: str
     moved: float
     state: State
     onward: str | None = None
+    onward_gen: int = -1  # z's edge generation with d when it took the flow over (-1: not known)
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,7 @@ class HandOffDone:
     holder: str
     moved: float
     state: State
+    sender_gen: int = -1  # our edge generation with the `HandOff`'s sender d when we applied it
 
 
 @dataclass(frozen=True)

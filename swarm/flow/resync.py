@@ -115,10 +115,13 @@ class Resyncs(HandOvers):
     # ------------------------------------------------------------------ b
     def gave(self, d: str, h: str, a: str, ask: int, rate: float) -> None:
         """Remember the move for a's `Resync`; if d already left (a hand-off z answered late), a
-        may have asked already and heard nothing, so b tells a at once."""
+        may have asked already and heard nothing, so b tells a at once. A d that left only in our
+        view (a lapsed record) and is a known mate again answers a itself."""
         since = self._kept_since()
         self._gave = [e for e in self._gave if e[0] >= since]
         self._left_mates = {m: t for m, t in self._left_mates.items() if t >= since}
+        if d in self._left_mates and self.mate_known(d):
+            del self._left_mates[d]  # (it came back: a hears from it, not from us)
         if d in self._left_mates:
             if a in self.prev:
                 self.send(a, Resynced(d, (AskMoved(ask, h, rate),), self.state()))

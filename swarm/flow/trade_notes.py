@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.exchange import ANSWER_WAIT, _Pending
-from swarm.flow.messages import Body, Moved, TradeCheck, Traded
+from swarm.flow.messages import Body, Cancel, Moved, TradeCheck, Traded
 from swarm.flow.news import EPS
 from swarm.flow.resync import Resyncs
 
@@ -46,6 +46,7 @@ class _Note:
     rate: float
     at: float
     other: str  # the other end of the edge it moved: d (at c and z) or c (at d)
+    gen: int = -1  # (at z) our edge generation with d then: a write-off since dropped the edge
 
 
 class TradeNotes(Resyncs):
@@ -95,7 +96,7 @@ class TradeNotes(Resyncs):
             if note.mate == node and d in self.next:
                 self.send(d, Traded(eid, note.holder, note.rate, node, self.state()))
         for (d, eid), note in sorted(self._taken.items()):
-            if note.mate == node and d in self.prev:
+            if note.mate == node and d in self.prev and note.gen == self._gen.get(d, 0):
                 self.send(d, Traded(eid, note.holder, note.rate, node, self.state(), hand_over=True))
         for eid in sorted(e for e, p in self._checking.items() if p.partner == node):
             self._settle_check(eid, 0.0)
@@ -105,10 +106,20 @@ class TradeNotes(Resyncs):
         if msg.exchange >= 0:
             key = (msg.old, msg.exchange)
             if key in self._moved_in:
-                return  # settled with d already (b left): nothing more moves
+                # settled with d already (b was thought gone): nothing more moves here, and b,
+                # alive after all, gives back what it took of ours beyond what we counted
+                self._refuse_late_move(src, msg, self._moved_in[key].rate)
+                return
             self._prune()
             self._moved_in[key] = _Note(src, msg.holder, msg.rate, self.now, msg.old)
         super().on_moved(src, msg)
+
+    def _refuse_late_move(self, b: str, msg: Moved, counted: float) -> None:
+        """b's `Moved` came after we settled its trade with d at `counted`: b added the whole
+        rate to c -> b, so we cancel the rest there (a b we wrote off drops the edge anyway)."""
+        extra = msg.rate - counted
+        if extra > EPS and msg.holder in self.out:
+            self.send(b, Cancel(msg.holder, extra, self._new_id()), reliable=b in self.next)
 
     def _heard_from_d(self, d: str, msg: Traded) -> None:
         """d took `rate` of our flow off c -> d on b's word, and b's `Moved` never reached us."""
@@ -135,7 +146,7 @@ class TradeNotes(Resyncs):
     def took_over(self, b: str, d: str, eid: int, h: str, moved: float) -> None:
         if eid >= 0:
             self._prune()
-            self._taken[(d, eid)] = _Note(b, h, moved, self.now, d)
+            self._taken[(d, eid)] = _Note(b, h, moved, self.now, d, gen=self._gen.get(d, 0))
 
     # ------------------------------------------------------------------ d
     def exchange_applied(self, eid: int, p: _Pending, moved: float) -> None:

@@ -12,7 +12,19 @@ from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
-from swarm.flow.messages import Ack, Announce, EdgesDropped, Envelope, NeighbourGone, NeighbourJoined, State
+from swarm.flow.messages import (
+    Ack,
+    Announce,
+    EdgesDropped,
+    Envelope,
+    Exchange,
+    ExchangeDone,
+    HandOffDone,
+    HandOver,
+    NeighbourGone,
+    NeighbourJoined,
+    State,
+)
 from swarm.flow.reference import max_flow_value
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
@@ -91,23 +103,80 @@ def test_a_neighbour_wrongly_thought_gone_gets_work_again() -> None:
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
 
 
-def write_off_for_a_while(bus: MessageBus, x: str, rng: random.Random, refused: dict[str, set[str]]) -> float:
-    """X's neighbours write the live peer X off (a failed call, a lapsed record) and, until the
-    returned time, refuse its messages without acknowledging them, as `LiveFlow` does."""
-    agent = bus.agents[x]
-    around = set(agent.prev | agent.next)
-    refused[x] = around
-    for n in sorted(around):
-        bus.agents[n].notify(NeighbourGone(x), bus.now)
-    return bus.now + rng.uniform(2, 10) * bus.retry_s
+MATE_MESSAGES = (Exchange, ExchangeDone, HandOver)  # what a live peer takes from a stage mate
 
 
-def rediscover(bus: MessageBus, x: str, refused: dict[str, set[str]]) -> None:
-    for n in sorted(refused.pop(x)):
-        if n in bus.agents:
-            bus.agents[n].notify(NeighbourJoined(x, bus.agents[x].stage), bus.now)
-            bus.agents[x]._told.pop(n, None)  # X hears they found it again (the DHT does it live)
-    bus.agents[x].announce()
+class FalseDepartures:
+    """A swarm in which, now and then, every peer around a live peer X thinks X gone for 2-10
+    retry periods and then finds it again: its neighbours write it off (a failed call, a lapsed
+    record) and, with `mates`, its stage mates think it left too (its DHT record lapsed for them).
+    Meanwhile they refuse X's messages without acknowledging them, as `LiveFlow` does."""
+
+    def __init__(self, seed: int, trading_only: bool, mates: bool, loss: float, events: int) -> None:
+        self.rng = rng = random.Random(seed)
+        stages, per_stage = rng.randint(3, 5), rng.randint(3, 6)
+        self.inst = random_instance(stages * per_stage, stages, 1, seed)
+        self.bus = bus = MessageBus(self.inst, seed=seed, loss=loss)
+        self.trading_only, self.mates, self.events = trading_only, mates, events
+        self.refused: dict[str, set[str]] = {}  # X -> the peers refusing its messages
+        self.gone_to: dict[str, set[str]] = {}  # X -> the stage mates that think it gone
+        transmit, is_mate = bus.transmit, bus.is_mate
+
+        def refuse(env: Envelope) -> None:
+            if env.dst in self.refused.get(env.src, ()):
+                return  # (retransmitted: it was not acknowledged)
+            if env.dst in self.gone_to.get(env.src, ()) and isinstance(env.body, MATE_MESSAGES):
+                return
+            transmit(env)
+
+        bus.transmit = refuse  # type: ignore[method-assign]
+        bus.is_mate = lambda a, b: is_mate(a, b) and a not in self.gone_to.get(b, ())  # type: ignore[method-assign]
+
+    def write_off(self, x: str) -> float:
+        bus = self.bus
+        agent = bus.agents[x]
+        self.refused[x] = set(agent.prev | agent.next)
+        for n in sorted(self.refused[x]):
+            bus.agents[n].notify(NeighbourGone(x), bus.now)
+        if self.mates:
+            self.gone_to[x] = {p for p, a in bus.agents.items() if a.stage == agent.stage and p != x}
+            for m in sorted(self.gone_to[x]):
+                bus.agents[m].mate_gone(x, bus.now)
+        return bus.now + self.rng.uniform(2, 10) * bus.retry_s
+
+    def rediscover(self, x: str) -> None:
+        bus = self.bus
+        for n in sorted(self.refused.pop(x)):
+            if n in bus.agents:
+                bus.agents[n].notify(NeighbourJoined(x, bus.agents[x].stage), bus.now)
+                bus.agents[x]._told.pop(n, None)  # X hears they found it again (the DHT does it live)
+        self.gone_to.pop(x, None)
+        bus.agents[x].announce()
+
+    def run(self) -> None:
+        """Up to `events` false departures at random moments (of trades, with `trading_only`),
+        then every edge must agree at the quiescent point, at the exact maximum flow."""
+        bus, rng, holders = self.bus, self.rng, set(self.inst.holder_ids())
+        due: dict[str, float] = {}
+        events = 0
+        while bus._heap and bus.now < 60.0:
+            bus._step()
+            for x in [x for x, t in due.items() if bus.now >= t]:
+                del due[x]
+                self.rediscover(x)
+            if events < self.events and rng.random() < 0.02:
+                moving = [e for e in bus.in_flight() if not self.trading_only or trading(e)]
+                ends = {rng.choice((e.src, e.dst)) if self.trading_only else e.src for e in moving}
+                peers = sorted(ends - holders - set(self.refused))
+                if peers:
+                    x = rng.choice(peers)
+                    due[x] = self.write_off(x)
+                    events += 1
+        for x in sorted(due):
+            self.rediscover(x)
+        assert bus.run_until_quiescent(max_time=300.0).quiescent
+        assert violations(bus) == []
+        assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(self.inst), abs=1e-6)
 
 
 @pytest.mark.parametrize("trading_only", [False, True], ids=["any-moment", "mid-trade"])
@@ -119,42 +188,36 @@ def test_a_live_peer_written_off_while_flow_moves_leaves_no_edge_out_of_step(tra
     refused) while the flow's later return was not, and trades of the written-off edges went on
     moving them. With edge generations (`Node._same_generation`), none."""
     for seed in range(40):
-        rng = random.Random(seed)
-        stages, per_stage = rng.randint(3, 5), rng.randint(3, 6)
-        inst = random_instance(stages * per_stage, stages, 1, seed)
-        bus = MessageBus(inst, seed=seed)
-        refused: dict[str, set[str]] = {}
-        transmit = bus.transmit
+        FalseDepartures(seed, trading_only, mates=False, loss=0.0, events=2).run()
 
-        def refuse(env: Envelope, refused: dict[str, set[str]] = refused, transmit=transmit) -> None:
-            if env.dst not in refused.get(env.src, ()):
-                transmit(env)  # (a refused message is retransmitted: it was not acknowledged)
 
-        bus.transmit = refuse  # type: ignore[method-assign]
-        due: dict[str, float] = {}
-        events = 0
-        while bus._heap and bus.now < 60.0:
-            bus._step()
-            for x in [x for x, t in due.items() if bus.now >= t]:
-                del due[x]
-                rediscover(bus, x, refused)
-            if events < 2 and rng.random() < 0.02:
-                moving = [e for e in bus.in_flight() if not trading_only or trading(e)]
-                ends = {rng.choice((e.src, e.dst)) if trading_only else e.src for e in moving}
-                peers = sorted(ends - set(inst.holder_ids()) - set(refused))
-                if peers:
-                    x = rng.choice(peers)
-                    due[x] = write_off_for_a_while(bus, x, rng, refused)
-                    events += 1
-        for x in sorted(due):
-            rediscover(bus, x, refused)
-        assert bus.run_until_quiescent(max_time=300.0).quiescent, f"seed {seed}"
-        assert violations(bus) == [], f"seed {seed}"
-        assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6), f"seed {seed}"
+def test_a_live_peer_its_stage_mates_think_gone_mid_trade_leaves_no_edge_out_of_step() -> None:
+    """As above mid-trade, and X's stage mates think it left too (its DHT record lapsed while it
+    lived). Before, 34 of 60 runs ended out of step: a b that still thought its mate d gone
+    answered d's initiator itself after d was back (`Resyncs.gave`), and a d that had asked c what
+    its b moved (`TradeCheck`) still applied b's own late answer, while c ignored b's late `Moved`
+    (trade notes). Now c's answer settles c -> d and c cancels what it did not count."""
+    for seed in range(40):
+        FalseDepartures(seed, trading_only=True, mates=True, loss=0.0, events=2).run()
+
+
+@pytest.mark.parametrize("seed", [124, 217, 235])
+def test_a_hand_over_across_a_write_off_moves_no_dropped_edge(seed: int) -> None:
+    """False departures mid-trade with 5% loss and up to three events: the runs that ended out of
+    step (3 of 160) because d counted a hand-over's flow on d -> z although one of them had
+    written the other off after z took it over, dropping that edge on both sides
+    (`ExchangeDone.onward_gen`)."""
+    FalseDepartures(seed, trading_only=True, mates=False, loss=0.05, events=3).run()
 
 
 def test_edge_generations_cross_the_codec() -> None:
+    """Envelopes, hand-over answers and their generations survive the wire codec."""
     env = Envelope("a", "b", -1, 3, EdgesDropped(), (), 2)
     assert from_wire(to_wire(env)) == env
     with pytest.raises(WireError):
         from_wire({**to_wire(env), "gen": "2"})
+    st = State("a", 1, 0.5, {"h": 2}, {"h": 1.0}, {})
+    answers = (ExchangeDone(4, "h", 0.5, st, "z", onward_gen=3), HandOffDone(9, "h", 0.5, st, sender_gen=3))
+    for body in answers:
+        wired = Envelope("a", "b", 5, 1, body, (), 1)
+        assert from_wire(to_wire(wired)) == wired
