@@ -156,6 +156,9 @@ class Exchanger(SwapAsks):
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
+    def settle_check(self, eid: int, rate: float) -> None:
+        """Settle an exchange whose b we asked c about (swarm/flow/trade_notes.py)."""
+
     def checking(self, eid: int) -> bool:
         """Whether we asked c about exchange `eid` (its b left): it waits for c, not for b."""
         return False
@@ -221,7 +224,10 @@ class Exchanger(SwapAsks):
         self.observe(msg.state)
         if self.checking(msg.exchange_id):
             # we asked c what b moved (b was thought gone): c's answer settles c -> d, since c
-            # ignores b's `Moved` once it has answered (swarm/flow/trade_notes.py)
+            # ignores b's `Moved` once it has answered (swarm/flow/trade_notes.py); b moving
+            # nothing sent c nothing, so then c's answer will be 0 and we settle now
+            if msg.moved <= EPS:
+                self.settle_check(msg.exchange_id, 0.0)
             return
         p = self._pending.pop(msg.exchange_id, None)
         if p is not None:
@@ -234,13 +240,18 @@ class Exchanger(SwapAsks):
         moved = min(max(msg.moved, 0.0), p.rate) if p is not None else 0.0
         if p is None or moved <= EPS:
             return
-        h = p.offer.holder  # b did move the flows after all, so our side follows
-        if not p.partner:
-            self.finish_hand_over(h, p, moved, msg.onward, late=True, onward_gen=msg.onward_gen)
+        if not p.partner:  # b did move the flows after all, so our side follows
+            self.finish_hand_over(p.offer.holder, p, moved, msg.onward, late=True, onward_gen=msg.onward_gen)
             return
+        self.late_exchange(msg.exchange_id, p, moved)
+
+    def late_exchange(self, eid: int, p: _Pending, moved: float) -> None:
+        """b moved `moved` of an exchange we gave up on (`give_up`): settle c -> d and a -> d, and
+        tell a (which heard that nothing moved) with `Moved`."""
+        h = p.offer.holder
         if self._partner_flow(h, p):
             self.inflow[h][p.partner] = max(0.0, self.inflow[h][p.partner] - moved)
-            self.exchange_applied(msg.exchange_id, p, moved)
+            self.exchange_applied(eid, p, moved)
         if self.initiator_here(p):
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             self.send(p.initiator, Moved(h, moved, p.mate, self.state(), ask=p.offer.offer_id))

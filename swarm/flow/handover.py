@@ -41,7 +41,7 @@ class _HandOff:
     onward: str  # z
     rate: float
     ask: int  # a's offer id of the ask
-    orphan: bool = False  # d left meanwhile: z's answer still settles a's flow, d hears nothing
+    orphan: bool = False  # d left meanwhile: z's answer still settles a's flow, d hears it once
 
 
 # Hand-overs a peer (as d) may start, again after churn: each moves throughput, so b and d announce.
@@ -193,9 +193,8 @@ class HandOvers(Exchanger):
             self.flows_moved()
             self._worst_cache.clear()
             self.gave(p.mate, h, p.sender, p.ask, moved)
-        if not p.orphan:
-            done = ExchangeDone(p.exchange_id, h, moved, self.state(), p.onward, onward_gen=msg.sender_gen)
-            self.send(p.mate, done)
+        done = ExchangeDone(p.exchange_id, h, moved, self.state(), p.onward, onward_gen=msg.sender_gen)
+        self.send(p.mate, done, reliable=not p.orphan)  # (see `orphan_hand_offs`)
 
     def _release(self, p: _HandOff) -> None:
         key = (p.holder, p.sender)
@@ -208,14 +207,14 @@ class HandOvers(Exchanger):
         for hid in [k for k, p in self._handing.items() if p.onward == node]:
             p = self._handing.pop(hid)
             self._release(p)
-            if not p.orphan:
-                self.send(p.mate, ExchangeDone(p.exchange_id, p.holder, 0.0, self.state()))
+            self.send(p.mate, ExchangeDone(p.exchange_id, p.holder, 0.0, self.state()), reliable=not p.orphan)
 
     def orphan_hand_offs(self, d: str) -> None:
         """Our stage mate d left while we (as b) wait on z for hand-overs it asked: z's answer still
         settles a's flow (and a hears of it, see `gave`), but an answer to d would be retransmitted
         for ever (found with answers delayed past the wait and peers killed: 2 of 60 runs never
-        went quiet)."""
+        went quiet). So d hears it once, unacknowledged: a d that only lost its record is still
+        waiting for it (a, told twice, moves the old edge once: `Resyncs.on_reply`)."""
         for p in self._handing.values():
             if p.mate == d:
                 p.orphan = True

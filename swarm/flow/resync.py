@@ -70,8 +70,19 @@ class Resyncs(HandOvers):
 
     def on_reply(self, src: str, msg: Reply) -> None:
         if not msg.waiting and msg.offer_id in self.offers:
-            self._asks.pop(msg.offer_id, None)  # settled: d answered with what b moved (or refused)
+            ask = self._asks.pop(msg.offer_id, None)  # settled: d answered with what b moved (or refused)
+            hop, oid = msg.swapped or "", msg.offer_id
+            if ask is not None and ask.resynced and msg.exchanged > EPS and self._moves_old(oid, hop):
+                # b already told us what it moved (`Resynced`: it thought d gone, but d answers too):
+                # the old edge moves once, so what b's word took off it is added back here first
+                back = min(ask.applied.get(hop, 0.0), msg.exchanged)
+                self.out[ask.holder][hop] = self.out[ask.holder].get(hop, 0.0) + back
         super().on_reply(src, msg)
+
+    def _moves_old(self, oid: int, hop: str) -> bool:
+        """Whether d's reply to offer `oid` takes its traded rate off our edge to `hop` (as
+        `Sender.on_reply` does: unless one of us wrote the other off since)."""
+        return hop in self.next and self._old_gen.get(oid, {}).get(hop, -1) in (-1, self._gen.get(hop, 0))
 
     def on_moved(self, src: str, msg: Moved) -> None:
         ask = self._asks.get(msg.ask) if msg.ask >= 0 else None

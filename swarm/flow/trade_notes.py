@@ -57,6 +57,7 @@ class TradeNotes(Resyncs):
         self._taken: dict[tuple[str, int], _Note] = {}  # as z: (d, hand-over id) -> hand-over
         self._traded_out: dict[int, _Note] = {}  # as d: exchange id -> trade applied or settled
         self._checking: dict[int, _Pending] = {}  # as d: exchanges whose b left, waiting for c
+        self._deferred: dict[tuple[str, int], tuple[TradeCheck, float]] = {}  # as c: checks of a live b
 
     def dispatch_sender(self, src: str, body: Body) -> bool:
         if isinstance(body, Traded):
@@ -86,6 +87,9 @@ class TradeNotes(Resyncs):
         self._moved_in = {k: n for k, n in self._moved_in.items() if n.at >= old}
         self._taken = {k: n for k, n in self._taken.items() if n.at >= old}
         self._traded_out = {k: n for k, n in self._traded_out.items() if n.at >= self._since(1.0)}
+        for (d, _), (check, at) in sorted(self._deferred.items()):
+            if at < old:  # b never moved it (or d stopped asking): settle it as nothing moved
+                self._answer_check(d, check)
 
     def forget_target(self, node: str) -> None:
         """A neighbour left. As c or z: tell d the trades its b (`node`) made us apply. As d: an
@@ -99,7 +103,12 @@ class TradeNotes(Resyncs):
             if note.mate == node and d in self.prev and note.gen == self._gen.get(d, 0):
                 self.send(d, Traded(eid, note.holder, note.rate, node, self.state(), hand_over=True))
         for eid in sorted(e for e, p in self._checking.items() if p.partner == node):
-            self._settle_check(eid, 0.0)
+            self.settle_check(eid, 0.0)
+        for (d, eid), (check, _) in sorted(self._deferred.items()):
+            if d == node:
+                del self._deferred[(d, eid)]
+            elif check.mate == node:  # b's `Moved`, if it ever sent one, went with it
+                self._answer_check(d, check)
 
     # ------------------------------------------------------------------ c
     def on_moved(self, src: str, msg: Moved) -> None:
@@ -113,6 +122,9 @@ class TradeNotes(Resyncs):
             self._prune()
             self._moved_in[key] = _Note(src, msg.holder, msg.rate, self.now, msg.old)
         super().on_moved(src, msg)
+        deferred = self._deferred.get((msg.old, msg.exchange)) if msg.exchange >= 0 else None
+        if deferred is not None:
+            self._answer_check(msg.old, deferred[0])
 
     def _refuse_late_move(self, b: str, msg: Moved, counted: float) -> None:
         """b's `Moved` came after we settled its trade with d at `counted`: b added the whole
@@ -135,9 +147,22 @@ class TradeNotes(Resyncs):
         self._worst_cache.clear()
 
     def _checked_by_d(self, d: str, msg: TradeCheck) -> None:
-        """Answer what b moved of ours off c -> d for d's exchange; from now on that is settled."""
+        """Answer what b moved of ours off c -> d for d's exchange; from then on that is settled.
+        While b is still our live next hop, d may only have lost b's record (b's answers to d are
+        then refused until d finds it again): b's `Moved` may still come, so the answer waits for
+        it, or for b to leave our view. Answering 0 at once left a -> b out of step whenever b did
+        move the flows (d's stage alone thinking b gone: 17 of 60 runs of the false-departure
+        harness)."""
         self._prune()
         key = (d, msg.exchange_id)
+        if key not in self._moved_in and msg.mate in self.next:
+            self._deferred[key] = (msg, self.now)
+            return
+        self._answer_check(d, msg)
+
+    def _answer_check(self, d: str, msg: TradeCheck) -> None:
+        key = (d, msg.exchange_id)
+        self._deferred.pop(key, None)
         if key not in self._moved_in:
             self._moved_in[key] = _Note(msg.mate, msg.holder, 0.0, self.now, d)
         self.send(d, Traded(msg.exchange_id, msg.holder, self._moved_in[key].rate, msg.mate, self.state()))
@@ -182,26 +207,27 @@ class TradeNotes(Resyncs):
         if eid in self._traded_out:
             return
         if eid in self._checking:
-            self._settle_check(eid, msg.rate)
+            self.settle_check(eid, msg.rate)
             return
         p = self._pending.get(eid) or self._expired.get(eid)
         if p is not None and p.partner == c and p.mate == msg.mate:
             self._checking[eid] = p
-            self._settle_check(eid, msg.rate)
+            self.settle_check(eid, msg.rate)
 
-    def _settle_check(self, eid: int, rate: float) -> None:
-        """c's side of c -> d follows what c heard from b; a's side does not move (b left, and a
-        wrote a -> b off with it), so a hears nothing was traded."""
+    def settle_check(self, eid: int, rate: float) -> None:
+        """The trade moved what c heard from b: c -> d, a -> d and a's side of a -> b follow it,
+        as if b had answered (a b that left was written off by a with a -> b; a keeps its own
+        side where it did so since the ask)."""
         p = self._checking.pop(eid)
         h, c = p.offer.holder, p.partner
         rate = min(max(rate, 0.0), p.rate)
-        if self._pending.pop(eid, None) is not None:
-            self._finish(h, p, 0.0)  # c's flow is no longer held aside
-        else:
-            self._expired.pop(eid, None)  # (it was let go when we stopped waiting for b)
         self._traded_out[eid] = _Note(p.mate, h, rate, self.now, c)
-        if rate > EPS and self._partner_flow(h, p):
-            self.inflow[h][c] = max(0.0, self.inflow[h][c] - rate)
+        if self._pending.pop(eid, None) is not None:
+            self._finish(h, p, rate)  # (c's flow is no longer held aside)
+            return
+        self._expired.pop(eid, None)  # (let go when we stopped waiting for b: a heard nothing so far)
+        if rate > EPS:
+            self.late_exchange(eid, p, rate)
 
     def _heard_from_z(self, z: str, msg: Traded) -> None:
         """z took `rate` of b's flow over as ours, and b's answer never reached us: a late answer."""
