@@ -156,6 +156,10 @@ class Exchanger(SwapAsks):
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
+    def ask_onward(self, msg: ExchangeDone) -> bool:
+        """b dropped our hand-over's hand-off to z: ask z what it took over (trade notes)."""
+        return False
+
     def settle_check(self, eid: int, rate: float) -> None:
         """Settle an exchange whose b we asked c about (swarm/flow/trade_notes.py)."""
 
@@ -228,6 +232,8 @@ class Exchanger(SwapAsks):
             # nothing sent c nothing, so then c's answer will be 0 and we settle now
             if msg.moved <= EPS:
                 self.settle_check(msg.exchange_id, 0.0)
+            return
+        if self.ask_onward(msg):
             return
         p = self._pending.pop(msg.exchange_id, None)
         if p is not None:

@@ -193,7 +193,8 @@ class HandOvers(Exchanger):
             self.flows_moved()
             self._worst_cache.clear()
             self.gave(p.mate, h, p.sender, p.ask, moved)
-        done = ExchangeDone(p.exchange_id, h, moved, self.state(), p.onward, onward_gen=msg.sender_gen)
+        onward = p.onward if moved > EPS else None  # (z named with nothing moved: z did not answer)
+        done = ExchangeDone(p.exchange_id, h, moved, self.state(), onward, onward_gen=msg.sender_gen)
         self.send(p.mate, done, reliable=not p.orphan)  # (see `orphan_hand_offs`)
 
     def _release(self, p: _HandOff) -> None:
@@ -203,11 +204,14 @@ class HandOvers(Exchanger):
             del self._held[key]
 
     def drop_hand_offs(self, node: str) -> None:
-        """A peer left: hand-offs waiting on it (as z) end unapplied; d hears that nothing moved."""
+        """A peer left, or wrote us off: hand-offs waiting on it (as z) end, and nothing of ours
+        moved. d hears so, with z named: z may have taken the flow over onto d -> z all the same (a
+        live z that had not yet seen our write-off), and d asks z (swarm/flow/trade_notes.py)."""
         for hid in [k for k, p in self._handing.items() if p.onward == node]:
             p = self._handing.pop(hid)
             self._release(p)
-            self.send(p.mate, ExchangeDone(p.exchange_id, p.holder, 0.0, self.state()), reliable=not p.orphan)
+            done = ExchangeDone(p.exchange_id, p.holder, 0.0, self.state(), onward=node)
+            self.send(p.mate, done, reliable=not p.orphan)
 
     def orphan_hand_offs(self, d: str) -> None:
         """Our stage mate d left while we (as b) wait on z for hand-overs it asked: z's answer still
@@ -218,6 +222,10 @@ class HandOvers(Exchanger):
         for p in self._handing.values():
             if p.mate == d:
                 p.orphan = True
+
+    def hand_off_settled(self, d: str, eid: int) -> bool:
+        """Whether we (as z) already told d what we took over for its hand-over `eid`."""
+        return False
 
     def took_over(self, b: str, d: str, eid: int, h: str, moved: float) -> None:
         """We (as z) now count `moved` of b's flow to us as d's (see swarm/flow/trade_notes.py)."""
@@ -234,7 +242,7 @@ class HandOvers(Exchanger):
         """Our sender b hands some of its flow to us over to its stage mate d."""
         h, d = msg.holder, msg.sender
         moved = 0.0
-        if h in self.inflow and d in self.prev and d != src:
+        if h in self.inflow and d in self.prev and d != src and not self.hand_off_settled(d, msg.exchange):
             moved = min(msg.rate, self.movable(h, src))
         if moved > EPS:
             self.inflow[h][src] -= moved

@@ -149,7 +149,8 @@ class ExchangeDone:
     """How much of an exchange was applied (less when the sender's flow had shrunk meanwhile).
     After a `HandOver`, `onward` is the next hop the handed-over flow runs to from now on, and
     `onward_gen` the edge generation between it and d that it took the flow over in: if one of
-    them wrote the other off since, that edge was dropped on both sides, the flow with it."""
+    them wrote the other off since, that edge was dropped on both sides, the flow with it. With
+    nothing moved, `onward` names a z that did not answer before b wrote it off (d asks z)."""
 
     exchange_id: int
     holder: str
@@ -226,7 +227,8 @@ class Traded:
     Exchange: between c and d. b moved `rate` of c's flow off c -> d, and the sender heard it from
     b (c by `Moved`, d by `ExchangeDone`); an addressee that did not settles its end the same way.
     It is also c's answer to d's `TradeCheck` (`rate` 0: b moved nothing of c's that c heard of).
-    Hand-over (`hand_over`): from z to d, z took `rate` of b's flow to it as d's."""
+    Hand-over (`hand_over`): from z to d, z took `rate` of b's flow to it as d's; as z's answer to
+    d's `TradeCheck` (b dropped its hand-off), `edge_gen` is z's edge generation with d then."""
 
     exchange_id: int
     holder: str
@@ -234,12 +236,14 @@ class Traded:
     mate: str
     state: State
     hand_over: bool = False
+    edge_gen: int = -1
 
 
 @dataclass(frozen=True)
 class TradeCheck:
     """From d to c when the mate b it asked for exchange `exchange_id` left before answering: did b
-    move any of your flow off c -> d for it? (c answers with `Traded`.)"""
+    move any of your flow off c -> d for it? (c answers with `Traded`.) From d to z when b dropped
+    the hand-off of d's hand-over `exchange_id`: did you take any of b's flow over as ours?"""
 
     exchange_id: int
     holder: str

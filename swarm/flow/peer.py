@@ -262,6 +262,8 @@ class PeerAgent(PeerLabels):
             self._polish_armed = False
         elif token.startswith("exchange:"):
             self.expire_exchange(int(token.split(":", 1)[1]))
+        elif token.startswith("onward:"):
+            self.onward_timeout(int(token.split(":", 1)[1]))
 
     def forget(self, node: str) -> None:
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves

@@ -13,7 +13,10 @@ leaves: c learns it as b's upstream, z as b's downstream (`forget`), d as b's st
 - c tells d each trade c applied; d applies them if it still waits on b (it holds c's flow aside
   until then, so the flow cannot have gone elsewhere meanwhile).
 - d asks c about each exchange it still waits on (`TradeCheck`) and keeps holding c's flow until c
-  answers what it applied (0 when nothing: a late `Moved` of b is then ignored).
+  answers what it applied (0 when nothing); c's answer settles the trade at d, b's own answer no
+  longer counts there. A b that is still c's live next hop may only have lost its record in d's
+  view: c answers once b's `Moved` came, or b left c's view too. A `Moved` that comes after c
+  answered is refused: c cancels on c -> b what it did not count.
 - z tells d each hand-over z applied; d applies the ones it has not settled (as a late answer).
 b's answers leave at the same moment, so only trades of the last few retry periods can be half
 done. Without churn nothing is sent.
@@ -24,7 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.exchange import ANSWER_WAIT, _Pending
-from swarm.flow.messages import Body, Cancel, Moved, TradeCheck, Traded
+from swarm.flow.messages import (
+    Body,
+    Cancel,
+    ExchangeDone,
+    Moved,
+    NeighbourGone,
+    NeighbourJoined,
+    TradeCheck,
+    Traded,
+)
 from swarm.flow.news import EPS
 from swarm.flow.resync import Resyncs
 
@@ -58,6 +70,7 @@ class TradeNotes(Resyncs):
         self._traded_out: dict[int, _Note] = {}  # as d: exchange id -> trade applied or settled
         self._checking: dict[int, _Pending] = {}  # as d: exchanges whose b left, waiting for c
         self._deferred: dict[tuple[str, int], tuple[TradeCheck, float]] = {}  # as c: checks of a live b
+        self._asking_z: dict[int, str] = {}  # as d: hand-overs whose b dropped its hand-off -> z
 
     def dispatch_sender(self, src: str, body: Body) -> bool:
         if isinstance(body, Traded):
@@ -72,15 +85,19 @@ class TradeNotes(Resyncs):
         if isinstance(body, TradeCheck):
             if src in self.next:
                 self._checked_by_d(src, body)
+            elif src in self.prev:
+                self._checked_as_z(src, body)
             return True
         return super().dispatch_sender(src, body)
 
+    def _window(self) -> float:
+        """NOTE_KEEP retry periods, plus what the environment may take to notice a departure
+        (`departure_s`: a live peer's record outlives it by up to its TTL; the bus tells at once)."""
+        return NOTE_KEEP * self.env.retry_s + getattr(self.env, "departure_s", 0.0)
+
     def _since(self, periods: float) -> float:
-        """Trades newer than this many windows; a window is NOTE_KEEP retry periods, plus what the
-        environment may take to notice a departure (`departure_s`: a live peer's record outlives it
-        by up to its TTL; the bus tells at once)."""
-        window = NOTE_KEEP * self.env.retry_s + getattr(self.env, "departure_s", 0.0)
-        return self.now - periods * window
+        """Trades newer than this many windows (`_window`)."""
+        return self.now - periods * self._window()
 
     def _prune(self) -> None:
         old = self._since(2.0)
@@ -229,9 +246,75 @@ class TradeNotes(Resyncs):
         if rate > EPS:
             self.late_exchange(eid, p, rate)
 
+    def ask_onward(self, msg: ExchangeDone) -> bool:
+        """b dropped the hand-off of our hand-over (it wrote z off) and answered that nothing
+        moved; a live z may have taken the flow over onto d -> z all the same, before it saw b's
+        write-off, even after seeing ours. So we keep waiting, and ask z (`TradeCheck`) once it is
+        our next hop (again); z's answer settles it, or a window without z (it is gone: the edge
+        with it). Without this, 1 of 260 runs of the false-departure harness with loss ended with
+        d -> z off by the hand-over's rate."""
+        p, z = self._pending.get(msg.exchange_id), msg.onward
+        if p is None or p.partner or msg.moved > EPS or z is None:
+            return False
+        eid = msg.exchange_id
+        self._asking_z[eid] = z
+        if z in self.next:
+            self.send(z, TradeCheck(eid, p.offer.holder, p.mate))
+        self.env.set_timer(self.id, self._window(), f"onward:{eid}")
+        return True
+
+    def notify(self, event: NeighbourGone | NeighbourJoined, now: float) -> None:
+        super().notify(event, now)
+        if isinstance(event, NeighbourJoined):  # ask a z found again (see `ask_onward`)
+            for eid, z in sorted(self._asking_z.items()):
+                p = self._pending.get(eid) or self._expired.get(eid)
+                if z == event.node and p is not None:
+                    self.send(z, TradeCheck(eid, p.offer.holder, p.mate))
+
+    def onward_timeout(self, eid: int) -> None:
+        """A window passed since we asked z: settle as nothing moved if z is not our next hop."""
+        z = self._asking_z.get(eid)
+        if z is None:
+            return
+        if z in self.next:  # (asked: z answers, or leaves our view)
+            self.env.set_timer(self.id, self._window(), f"onward:{eid}")
+            return
+        self._settle_onward(eid, z, 0.0)
+
+    def _checked_as_z(self, d: str, msg: TradeCheck) -> None:
+        """As z: tell d what we took over for its hand-over (0 if nothing), on the edge as it is
+        now; a hand-off for it that comes later is refused (`hand_off_settled`)."""
+        self._prune()
+        key, gen = (d, msg.exchange_id), self._gen.get(d, 0)
+        note = self._taken.setdefault(key, _Note(msg.mate, msg.holder, 0.0, self.now, d, gen=gen))
+        rate = note.rate if note.gen == gen else 0.0
+        self.send(d, Traded(msg.exchange_id, msg.holder, rate, msg.mate, self.state(), True, edge_gen=gen))
+
+    def hand_off_settled(self, d: str, eid: int) -> bool:
+        return eid >= 0 and (d, eid) in self._taken
+
+    def _settle_onward(self, eid: int, z: str, rate: float) -> None:
+        """b kept a's flow (it dropped the hand-off), so the hand-over moved nothing for a; but z
+        counts `rate` more on d -> z, and so do we from now on (a deficit we then withdraw)."""
+        del self._asking_z[eid]
+        late = eid not in self._pending  # (we gave up on b meanwhile: the reservation is released)
+        p = (self._expired if late else self._pending).pop(eid, None)
+        if p is None:
+            return
+        h = p.offer.holder
+        self.finish_hand_over(h, p, 0.0, None, late=late)
+        if rate > EPS and z in self.next:
+            self.out[h][z] = self.out[h].get(z, 0.0) + min(rate, p.rate)
+            self.flows_moved()
+            self._worst_cache.clear()
+
     def _heard_from_z(self, z: str, msg: Traded) -> None:
         """z took `rate` of b's flow over as ours, and b's answer never reached us: a late answer."""
         eid = msg.exchange_id
+        if self._asking_z.get(eid) == z:
+            same_edge = msg.edge_gen in (-1, self._gen.get(z, 0))  # (else z -> d was dropped since)
+            self._settle_onward(eid, z, msg.rate if same_edge else 0.0)
+            return
         late = eid not in self._pending
         p = (self._expired if late else self._pending).get(eid)
         if p is None or p.partner or p.mate != msg.mate:

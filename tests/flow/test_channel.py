@@ -24,6 +24,7 @@ from swarm.flow.messages import (
     NeighbourGone,
     NeighbourJoined,
     State,
+    Traded,
 )
 from swarm.flow.reference import max_flow_value
 from swarm.routing.codec import from_wire, to_wire
@@ -210,12 +211,14 @@ def test_a_live_peer_its_stage_mates_think_gone_mid_trade_leaves_edges_agreed(ne
         FalseDepartures(seed, trading_only=True, mates=True, loss=0.0, events=2, neighbours=neighbours).run()
 
 
-@pytest.mark.parametrize("seed", [124, 217, 235])
+@pytest.mark.parametrize("seed", [37, 124, 217, 235])
 def test_a_hand_over_across_a_write_off_moves_no_dropped_edge(seed: int) -> None:
     """False departures mid-trade with 5% loss and up to three events: the runs that ended out of
-    step (3 of 160) because d counted a hand-over's flow on d -> z although one of them had
+    step (4 of 260). In three, d counted a hand-over's flow on d -> z although one of them had
     written the other off after z took it over, dropping that edge on both sides
-    (`ExchangeDone.onward_gen`)."""
+    (`ExchangeDone.onward_gen`). In seed 37, b wrote z off with its hand-off in flight and told d
+    that nothing moved, while z, not yet aware, took the flow over onto d -> z: d now asks z
+    (`TradeNotes.ask_onward`)."""
     FalseDepartures(seed, trading_only=True, mates=False, loss=0.05, events=3).run()
 
 
@@ -226,7 +229,11 @@ def test_edge_generations_cross_the_codec() -> None:
     with pytest.raises(WireError):
         from_wire({**to_wire(env), "gen": "2"})
     st = State("a", 1, 0.5, {"h": 2}, {"h": 1.0}, {})
-    answers = (ExchangeDone(4, "h", 0.5, st, "z", onward_gen=3), HandOffDone(9, "h", 0.5, st, sender_gen=3))
+    answers = (
+        ExchangeDone(4, "h", 0.5, st, "z", onward_gen=3),
+        HandOffDone(9, "h", 0.5, st, sender_gen=3),
+        Traded(4, "h", 0.5, "b", st, hand_over=True, edge_gen=2),
+    )
     for body in answers:
         wired = Envelope("a", "b", 5, 1, body, (), 1)
         assert from_wire(to_wire(wired)) == wired
