@@ -292,7 +292,8 @@ class Sender(LinkUse):
         # a swap hands one of w's senders over to v: w must know v's worst route onwards to judge
         # that sender's new path too (unknown, it would count as free and the trade could raise the max)
         onwards = self.worst_of(h, v) if swap else None
-        offer = Offer(h, rate, oid, self.label(h), swap, bid=bid, state=self.state(), swap_worst=onwards)
+        label, gen, state = self.label(h), self._gen.get(v, 0), self.state()
+        offer = Offer(h, rate, oid, label, swap, bid=bid, state=state, swap_worst=onwards, swap_gen=gen)
         if swap:
             self.asked(oid, w, h, (v,))
         self.send(w, offer)

@@ -200,7 +200,10 @@ class MessageBus:
         links = {pair: link for pair, link in inst.explicit_links.items() if peer_id not in pair}
         self.instance = inst.replace(peers=[p for p in inst.peers if p.id != peer_id], explicit_links=links)
         agent = self.agents.pop(peer_id)
-        for other in sorted(agent.prev | agent.next):
+        # everyone that counts it as a neighbour (views can differ after a write-off)
+        around = agent.prev | agent.next
+        around |= {n for n, a in self.agents.items() if peer_id in a.prev or peer_id in a.next}
+        for other in sorted(around):
             if other in self.agents:
                 self.agents[other].notify(NeighbourGone(peer_id), self.now)
         for mate in sorted(p.id for p in self.instance.peers_of(spec.stage)):

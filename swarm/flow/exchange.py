@@ -103,7 +103,8 @@ class Exchanger(SwapAsks):
         h = msg.holder
         if msg.swap_from is None or msg.label + 1 < self.label(h):
             return False  # (a replaces c as our sender: our label must not drop, see on_exchange)
-        options = msg.swap_options or (SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0),)
+        single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
+        options = msg.swap_options or (single,)
         cost, me = self.env.cost, self.id
         movable, holders = self.movable, self.holders
         partners = [c for c in self.inflow[h] if c != a and c not in holders and movable(h, c) > EPS]
@@ -152,7 +153,7 @@ class Exchanger(SwapAsks):
         eid = self._new_id()
         gen = self._gen.get(c, 0)
         self._pending[eid] = _Pending(a, msg, c, rate, b, partner_gen=gen)
-        self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id, partner_gen=gen))
+        self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id, partner_gen=gen, sender_gen=option.gen))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
@@ -162,6 +163,9 @@ class Exchanger(SwapAsks):
 
     def settle_check(self, eid: int, rate: float) -> None:
         """Settle an exchange whose b we asked c about (swarm/flow/trade_notes.py)."""
+
+    def b_said(self, eid: int, moved: float) -> None:
+        """b's own answer to an exchange we asked c about (kept in case c leaves first)."""
 
     def checking(self, eid: int) -> bool:
         """Whether we asked c about exchange `eid` (its b left): it waits for c, not for b."""
@@ -232,6 +236,8 @@ class Exchanger(SwapAsks):
             # nothing sent c nothing, so then c's answer will be 0 and we settle now
             if msg.moved <= EPS:
                 self.settle_check(msg.exchange_id, 0.0)
+            else:
+                self.b_said(msg.exchange_id, msg.moved)
             return
         if self.ask_onward(msg):
             return
@@ -341,6 +347,7 @@ class Exchanger(SwapAsks):
         moved = 0.0
         # c replaces a as a sender: our label must not drop (news that would ripple through the swarm)
         keeps = self.view_label(c, h) + 1 >= self.label(h) and not self.ask_closed(src, a, msg.ask)
+        keeps = keeps and msg.sender_gen in (-1, self._gen.get(a, 0))  # (see `Exchange.sender_gen`)
         if h in self.inflow and a in self.prev and c in self.prev and a != c and keeps:
             moved = min(msg.rate, self.movable(h, a), self.in_room(c))
         if moved > EPS:

@@ -86,7 +86,8 @@ class HandOvers(Exchanger):
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, "", rate, b)
         inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
-        self.send(b, HandOver(h, rate, eid, a, up_a, self.label(h), inbound, onwards, ask=msg.offer_id))
+        label, gen = self.label(h), option.gen
+        self.send(b, HandOver(h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, sender_gen=gen))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
@@ -136,7 +137,7 @@ class HandOvers(Exchanger):
         b -> z); otherwise answer d that nothing moved."""
         h, a, d = msg.holder, msg.sender, src
         rate, z = 0.0, None
-        open_ask = not self.ask_closed(d, a, msg.ask)
+        open_ask = not self.ask_closed(d, a, msg.ask) and msg.sender_gen in (-1, self._gen.get(a, 0))
         if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
             z = self._hand_over_hop(h, a, d, msg) if rate > EPS else None
@@ -195,7 +196,7 @@ class HandOvers(Exchanger):
             self.gave(p.mate, h, p.sender, p.ask, moved)
         onward = p.onward if moved > EPS else None  # (z named with nothing moved: z did not answer)
         done = ExchangeDone(p.exchange_id, h, moved, self.state(), onward, onward_gen=msg.sender_gen)
-        self.send(p.mate, done, reliable=not p.orphan)  # (see `orphan_hand_offs`)
+        self._answer_mate(p, done)
 
     def _release(self, p: _HandOff) -> None:
         key = (p.holder, p.sender)
@@ -211,17 +212,27 @@ class HandOvers(Exchanger):
             p = self._handing.pop(hid)
             self._release(p)
             done = ExchangeDone(p.exchange_id, p.holder, 0.0, self.state(), onward=node)
-            self.send(p.mate, done, reliable=not p.orphan)
+            self._answer_mate(p, done)
 
     def orphan_hand_offs(self, d: str) -> None:
         """Our stage mate d left while we (as b) wait on z for hand-overs it asked: z's answer still
         settles a's flow (and a hears of it, see `gave`), but an answer to d would be retransmitted
         for ever (found with answers delayed past the wait and peers killed: 2 of 60 runs never
-        went quiet). So d hears it once, unacknowledged: a d that only lost its record is still
-        waiting for it (a, told twice, moves the old edge once: `Resyncs.on_reply`)."""
+        went quiet). So d hears it once, then it is parked until d is a known mate again: a d that
+        only lost its record is still waiting for it (a, told twice, moves the old edge once:
+        `Resyncs.on_reply`)."""
         for p in self._handing.values():
             if p.mate == d:
                 p.orphan = True
+
+    def _answer_mate(self, p: _HandOff, done: ExchangeDone) -> None:
+        """Answer d. An orphan's answer goes once and is parked (`Node.stop_resending`): d may
+        think us gone as well and refuse that copy, and then it would never learn that its flow
+        runs on d -> z, which z counts (false departures both ways with 5% loss: 1 of 600 runs
+        out of step); parked, it goes again once d is a known mate of our stage again."""
+        self.send(p.mate, done)
+        if p.orphan:
+            self.stop_resending(p.mate, park=True)
 
     def hand_off_settled(self, d: str, eid: int) -> bool:
         """Whether we (as z) already told d what we took over for its hand-over `eid`."""

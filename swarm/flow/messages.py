@@ -43,11 +43,13 @@ class State:
 class SwapOption:
     """A next hop an exchange initiator could move flow off (see `Offer.swap_options`): `rate` of
     the initiator's flow goes there now, and `worst` is that hop's most expensive used route on to
-    the holder's sink as the initiator last heard it."""
+    the holder's sink as the initiator last heard it. `gen`: the initiator's edge generation with
+    the hop (a trade for the ask moves only flow of that generation, see `Exchange.sender_gen`)."""
 
     hop: str
     rate: float
     worst: float
+    gen: int = -1
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Offer:
     state: State | None = None
     swap_worst: float | None = None
     swap_options: tuple[SwapOption, ...] = ()
+    swap_gen: int = -1  # our edge generation with `swap_from` (as `SwapOption.gen`)
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,9 @@ class Exchange:
     partner: str
     ask: int = -1  # the sender's offer id of the ask (see `Resync`)
     partner_gen: int = -1  # d's edge generation with `partner` (see `Moved.old_gen`)
+    # the sender's edge generation with b when it asked (`SwapOption.gen`): if one of them wrote the
+    # other off since, the flow on their edge is not the flow the ask offered, and nothing moves
+    sender_gen: int = -1
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,7 @@ class HandOver:
     inbound: float
     onwards: float
     ask: int = -1  # the sender's offer id of the ask (see `Resync`)
+    sender_gen: int = -1  # as `Exchange.sender_gen`
 
 
 @dataclass(frozen=True)
@@ -228,7 +235,8 @@ class Traded:
     b (c by `Moved`, d by `ExchangeDone`); an addressee that did not settles its end the same way.
     It is also c's answer to d's `TradeCheck` (`rate` 0: b moved nothing of c's that c heard of).
     Hand-over (`hand_over`): from z to d, z took `rate` of b's flow to it as d's; as z's answer to
-    d's `TradeCheck` (b dropped its hand-off), `edge_gen` is z's edge generation with d then."""
+    d's `TradeCheck` (b dropped its hand-off) or on its own, `edge_gen` is z's edge generation with
+    d when it took the flow over (d counts nothing on d -> z if one of them wrote the other off since)."""
 
     exchange_id: int
     holder: str

@@ -117,7 +117,7 @@ class SwapAsks(PathNews):
             tried.update((h, x, d) for x in hops)
             room = self.room(d)
             rates = [(x, min(self.out[h][x], room)) for x in hops]
-            wide = tuple(SwapOption(x, r, onwards(h, x)) for x, r in rates if r > EPS)
+            wide = tuple(SwapOption(x, r, onwards(h, x), self._gen.get(x, 0)) for x, r in rates if r > EPS)
             if not wide:
                 continue
             rate = max(o.rate for o in wide)

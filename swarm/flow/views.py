@@ -54,6 +54,14 @@ class Views(Announcer):
             self._tell_epochs(state.node)
         if self._adopt(state.epochs):
             self.reread_views()
+            # a next hop with room whose last word was of an older epoch hears ours now: it reads
+            # as unreachable in the new epoch, so nobody would send it anything to learn it from
+            # (false departures: the only peer of a last stage stuck so, and no flow at all)
+            for node in sorted(self.next):
+                raw = self._raw.get(node)
+                behind = raw is not None and any(e > raw.epochs.get(h, 0) for h, e in self.epoch.items())
+                if behind and raw.spare > EPS:
+                    self._tell_epochs(node)
             return
         state = self._as_used(state)
         self.views[state.node] = state

@@ -222,6 +222,36 @@ def test_a_hand_over_across_a_write_off_moves_no_dropped_edge(seed: int) -> None
     FalseDepartures(seed, trading_only=True, mates=False, loss=0.05, events=3).run()
 
 
+@pytest.mark.parametrize(
+    ("seed", "neighbours"),
+    [
+        (152, True),
+        (338, True),
+        (443, True),
+        (750, True),
+        (171, False),
+        (427, False),
+        (502, False),
+        (560, False),
+    ],
+)
+def test_mates_thinking_a_live_peer_gone_with_loss_leave_no_edge_out_of_step(
+    seed: int, neighbours: bool
+) -> None:
+    """False departures mid-trade with the stage mates fooled too, 5% loss and up to three events:
+    every run of seeds 0-799 that ended out of step (4 of 800 all around, 4 of 800 mates only).
+    - a trade asked before a write-off moved flow of the newer edge (`Exchange.sender_gen`);
+    - c and z forgot their notes before d's `TradeCheck` came and answered 0 for a trade they had
+      applied (`NOTES_REMEMBERED`);
+    - d settled "nothing moved" when c left while b had answered it (`TradeNotes._partner_left`);
+    - b dropped its unacknowledged answers to a mate it thought gone, and one lost on its first way
+      (or refused by a d that thought b gone too) left d's trade open for good: they are parked and
+      sent again once d is a known mate (`Node.stop_resending`);
+    - z told d of a hand-over it took before d wrote z off, and d counted it on the dropped edge
+      (`Traded.edge_gen`)."""
+    FalseDepartures(seed, trading_only=True, mates=True, loss=0.05, events=3, neighbours=neighbours).run()
+
+
 def test_edge_generations_cross_the_codec() -> None:
     """Envelopes, hand-over answers and their generations survive the wire codec."""
     env = Envelope("a", "b", -1, 3, EdgesDropped(), (), 2)

@@ -40,8 +40,10 @@ def churned(seed: int) -> tuple[MessageBus, int, int]:
 
 
 # Seeds whose drain still gets stuck: since pushes skip dead ends (Node.dead_end), most drains no
-# longer count labels up at all (on seeds 0-45 only 29, 38 and 43 gain more than 15% from epochs).
-@pytest.mark.parametrize("seed", [29, 43])
+# longer count labels up at all. On seeds 0-45, 14 start an epoch; rounds with / without epochs:
+# 0.48x (29), 0.74x (10), 0.88x (43), 0.91-0.98x on five, and 1.07-1.32x on six (4: 33 against 25)
+# since a next hop of an older epoch hears the new one (`Views.observe`, false departures).
+@pytest.mark.parametrize("seed", [10, 29])
 def test_a_stuck_drain_starts_an_epoch_and_converges_sooner(seed: int, monkeypatch) -> None:
     _, rounds, epochs = churned(seed)
     assert epochs >= 1
