@@ -15,11 +15,14 @@ import sysconfig
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from models.tokenizer import ByteTokenizer, Tokenizer
+
+if TYPE_CHECKING:  # (imported where a microbatch is made: the CLI starts without torch)
+    import torch
 
 EMBEDDED = "embedded"
 TEXT_SUFFIXES = {".txt", ".md", ".rst", ".py", ".text", ".c", ".h", ".html", ".tex"}
@@ -217,4 +220,6 @@ class DataStream:
         """Token ids [microbatch_size, seq_len] of one microbatch of one iteration."""
         first = iteration * schedule.batch_size + microbatch * schedule.microbatch_size
         rows = [self.window(first + r) for r in range(schedule.microbatch_size)]
+        import torch
+
         return torch.from_numpy(np.stack(rows))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from transformers import AutoConfig, GPT2Config, LlamaConfig, PretrainedConfig
+if TYPE_CHECKING:  # (imported where a config is built: the CLI and the simulator start without it)
+    from transformers import GPT2Config, LlamaConfig, PretrainedConfig
 
 # Byte-level tokenizer: 256 byte values + end-of-text; rounded up so shapes stay friendly.
 BYTE_VOCAB = 264
@@ -13,6 +15,8 @@ SUPPORTED_TYPES = ("gpt2", "llama")
 
 
 def _gpt2(n_layer: int, n_embd: int, n_head: int, vocab: int, n_positions: int = 1024) -> GPT2Config:
+    from transformers import GPT2Config
+
     return GPT2Config(
         vocab_size=vocab,
         n_positions=n_positions,
@@ -27,6 +31,8 @@ def _gpt2(n_layer: int, n_embd: int, n_head: int, vocab: int, n_positions: int =
 def _llama(
     layers: int, hidden: int, heads: int, kv_heads: int, inter: int, vocab: int, tie: bool = False
 ) -> LlamaConfig:
+    from transformers import LlamaConfig
+
     return LlamaConfig(
         vocab_size=vocab,
         hidden_size=hidden,
@@ -80,6 +86,8 @@ def load_config(spec: str) -> PretrainedConfig:
             raise ModelConfigError(
                 f"{path}: model_type {kind!r} is not supported (use one of {', '.join(SUPPORTED_TYPES)})"
             )
+        from transformers import AutoConfig
+
         try:
             config = AutoConfig.for_model(**raw)
         except (TypeError, ValueError) as exc:
@@ -96,6 +104,8 @@ def config_dict(config: PretrainedConfig) -> dict:
 
 
 def config_from_dict(raw: dict) -> PretrainedConfig:
+    from transformers import AutoConfig
+
     config = AutoConfig.for_model(**raw)
     config._attn_implementation = "sdpa"
     return config

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-
-from transformers import PretrainedConfig
+from typing import TYPE_CHECKING
 
 from models.data import EMBEDDED, Schedule
 from models.partition import StageSpec, partition
 from models.presets import ModelConfigError, load_config
 from swarm.recovery.policy import STAGE_RECOVERY
 from swarm.routing.demand import POLICIES as DEMAND_POLICIES
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 OPTIMIZERS = ("adamw", "adamw8bit")
 
