@@ -236,7 +236,8 @@ class Traded:
     It is also c's answer to d's `TradeCheck` (`rate` 0: b moved nothing of c's that c heard of).
     Hand-over (`hand_over`): from z to d, z took `rate` of b's flow to it as d's; as z's answer to
     d's `TradeCheck` (b dropped its hand-off) or on its own, `edge_gen` is z's edge generation with
-    d when it took the flow over (d counts nothing on d -> z if one of them wrote the other off since)."""
+    d when it took the flow over (d counts nothing on d -> z if one of them wrote the other off since);
+    from d to c, d's generation with c when it applied the trade (likewise for c -> d)."""
 
     exchange_id: int
     holder: str

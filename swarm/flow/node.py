@@ -30,6 +30,7 @@ from swarm.flow.messages import (
     Reply,
     Return,
     State,
+    Traded,
 )
 from swarm.flow.news import EPS, summary_of
 from swarm.flow.views import Views
@@ -92,7 +93,7 @@ class Node(Views):
         self._owed: dict[str, list[int]] = {}
         self._ack_armed = False
         self._gen: dict[str, int] = {}  # node -> how often one of us wrote the other off (see receive)
-        self._fenced_src = ""  # set while a stale `Moved` is handled (see receive)
+        self._fenced_src = ""  # set while a stale `Moved` or `Traded` is handled (see receive)
         self._static_costs = bool(getattr(env, "static_costs", False))
         self._links: dict[str, float] = {}  # edge costs to neighbours, when the env says they are static
         # links carry at most bandwidth / activation bytes microbatches/s (`Instance.link_capacity`)
@@ -182,21 +183,29 @@ class Node(Views):
             return
         if isinstance(body, (Ack, EdgesDropped)):
             return
+        gone = envelope.src not in self.prev and envelope.src not in self.next and not self.from_mate(body)
+        if gone and isinstance(body, FENCED):
+            # flow of the current generation from a node we consider gone (it wrote us off too, in
+            # a newer generation than ours): unacknowledged, it comes again until we find the node
+            # again. Acknowledged and ignored, an offer stayed open at its sender for good (false
+            # departures both ways with 5% loss)
+            return
         if envelope.seq >= 0:
             self._owe_ack(envelope.src, envelope.seq)
             seen = self._seen.setdefault(envelope.src, set())
             if envelope.seq in seen:
                 return  # a retransmission of something already applied
             seen.add(envelope.seq)
-        if envelope.src not in self.prev and envelope.src not in self.next and not self.from_mate(body):
+        if gone:
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
         if isinstance(body, Paths):  # moves no flow: nothing for push-relabel to do
             self.paths[envelope.src] = body
             self.on_paths()
             return
-        stale_move = isinstance(body, Moved) and envelope.gen < self._gen.get(envelope.src, 0)
-        self._fenced_src = envelope.src if stale_move else ""  # (see `_same_generation`)
+        # a trade's word from before one of us wrote the other off: our edge with src was dropped
+        stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
+        self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
         try:
             self.handle(envelope.src, body)
         finally:

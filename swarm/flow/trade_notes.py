@@ -59,7 +59,7 @@ class _Note:
     rate: float
     at: float
     other: str  # the other end of the edge it moved: d (at c and z) or c (at d)
-    gen: int = -1  # (at z) our edge generation with d then: a write-off since dropped the edge
+    gen: int = -1  # (at z, d) our edge generation with d (c) then: a write-off since dropped the edge
 
 
 class TradeNotes(Resyncs):
@@ -166,7 +166,9 @@ class TradeNotes(Resyncs):
         if key in self._moved_in or h not in self.out:
             return
         self._moved_in[key] = _Note(msg.mate, h, msg.rate, self.now, d)
-        self.out[h][d] = self.out[h].get(d, 0.0) - msg.rate
+        # (else c -> d was dropped on both sides since d applied the trade, this flow with it)
+        if d != self._fenced_src and msg.edge_gen in (-1, self._gen.get(d, 0)):
+            self.out[h][d] = self.out[h].get(d, 0.0) - msg.rate
         if msg.mate in self.next:  # (else we wrote b off when it left: the flow is ours to push again)
             self.out[h][msg.mate] = self.out[h].get(msg.mate, 0.0) + msg.rate
         self.flows_moved()
@@ -202,7 +204,8 @@ class TradeNotes(Resyncs):
     # ------------------------------------------------------------------ d
     def exchange_applied(self, eid: int, p: _Pending, moved: float) -> None:
         self._prune()
-        self._traded_out[eid] = _Note(p.mate, p.offer.holder, moved, self.now, p.partner)
+        gen = self._gen.get(p.partner, 0)
+        self._traded_out[eid] = _Note(p.mate, p.offer.holder, moved, self.now, p.partner, gen=gen)
 
     def checking(self, eid: int) -> bool:
         return eid in self._checking
@@ -216,7 +219,7 @@ class TradeNotes(Resyncs):
         notes = sorted(self._traded_out.items())
         told = [(e, n) for e, n in notes if n.mate == node and n.other in self.prev]
         for eid, note in told:
-            self.send(note.other, Traded(eid, note.holder, note.rate, node, self.state()))
+            self.send(note.other, Traded(eid, note.holder, note.rate, node, self.state(), edge_gen=note.gen))
         waiting = sorted(e for e, p in self._pending.items() if p.mate == node)
         for eid in waiting:
             p = self._pending[eid]
@@ -230,8 +233,8 @@ class TradeNotes(Resyncs):
     def _heard_from_c(self, c: str, msg: Traded) -> None:
         """What b moved of c's flow off c -> d for exchange `exchange_id` (c's note or answer)."""
         eid = msg.exchange_id
-        if eid in self._traded_out:
-            return
+        if eid in self._traded_out or c == self._fenced_src:
+            return  # (settled, or from before we wrote c off: c -> d was dropped, b settles a's side)
         if eid in self._checking:
             self.settle_check(eid, msg.rate)
             return
@@ -263,7 +266,7 @@ class TradeNotes(Resyncs):
         self._b_said.pop(eid, None)
         h, c = p.offer.holder, p.partner
         rate = min(max(rate, 0.0), p.rate)
-        self._traded_out[eid] = _Note(p.mate, h, rate, self.now, c)
+        self._traded_out[eid] = _Note(p.mate, h, rate, self.now, c, gen=self._gen.get(c, 0))
         if self._pending.pop(eid, None) is not None:
             self._finish(h, p, rate)  # (c's flow is no longer held aside)
             return
