@@ -54,6 +54,23 @@ class _Reporter:
         return report
 
 
+# The gwtf router runs every protocol message of every peer (README, "Results (issue 6)"): at 200
+# peers a simulated hour takes tens of minutes of wall time, at 1,000 peers its first convergence
+# alone about a quarter of an hour and the hour several hours on 2 cores.
+SLOW_GWTF_PEERS = 200
+
+
+def gwtf_scale_warning(peers: int, routers: tuple[str, ...]) -> str | None:
+    """What a user should know before a gwtf run that will take long (None: nothing)."""
+    if "gwtf" not in routers or peers < SLOW_GWTF_PEERS:
+        return None
+    return (
+        f"note: the gwtf router simulates every protocol message; with {peers} peers this takes "
+        "from tens of minutes to hours of wall time (--progress shows how far it is; "
+        "--router swarm or oracle, or fewer --peers, run in seconds to minutes)"
+    )
+
+
 def _format_row(router: str, summary: dict) -> str:
     cells = "  ".join(f"{k}={v}" for k, v in summary.items())
     return f"  {router:<7} {cells}"
@@ -170,6 +187,9 @@ def register(app: typer.Typer) -> None:
                 raise UserError(
                     f"{sc.name}: {sc.stages} stages but {sc.model.name} has {sc.model.layers} layers"
                 )
+            warning = gwtf_scale_warning(sc.peer_count, routers)
+            if warning is not None:
+                typer.secho(warning, fg=typer.colors.YELLOW, err=True)
             results = compare(sc, routers, seed, _Reporter(sc) if show_progress else None)
             table[sc.name] = results
             entry = {

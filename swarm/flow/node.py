@@ -28,6 +28,7 @@ from swarm.flow.messages import (
     Offer,
     Paths,
     Reply,
+    Resynced,
     Return,
     State,
     Traded,
@@ -37,6 +38,8 @@ from swarm.flow.views import Views
 
 # Messages that move flow on the edges between sender and addressee (see `Node._same_generation`).
 FENCED = (Offer, Reply, Cancel, CancelDone, Return, HandOff, HandOffDone)
+# ... and the trade answers that settle flow on them (held from a node we consider gone, see receive)
+EDGE_NEWS = (*FENCED, Moved, Traded, Resynced)
 # Retry periods a message to a stage mate thought gone is kept to send again (`stop_resending`): as
 # long as asks and moves are remembered for resyncs (RESYNC_KEEP in swarm/flow/resync.py).
 PARKED_KEEP = 32.0
@@ -183,13 +186,15 @@ class Node(Views):
             return
         if isinstance(body, (Ack, EdgesDropped)):
             return
-        gone = envelope.src not in self.prev and envelope.src not in self.next and not self.from_mate(body)
-        if gone and isinstance(body, FENCED):
-            # flow of the current generation from a node we consider gone (it wrote us off too, in
-            # a newer generation than ours): unacknowledged, it comes again until we find the node
-            # again. Acknowledged and ignored, an offer stayed open at its sender for good (false
-            # departures both ways with 5% loss)
+        src, neighbour = envelope.src, envelope.src in self.prev or envelope.src in self.next
+        if not neighbour and isinstance(body, EDGE_NEWS) and envelope.gen >= self._gen.get(src, 0):
+            # news of our edge from a node we consider gone, in the current generation (it saw our
+            # write-off, or wrote us off too): unacknowledged, it comes again until we find the node
+            # again. Acknowledged and ignored, an offer stayed open at its sender for good, and a
+            # `Moved` whose withdrawal got lost left the edge out of step (false departures with
+            # 5% loss). Older ones concern edges already dropped on both sides (`_same_generation`)
             return
+        gone = not neighbour and not self.from_mate(body)
         if envelope.seq >= 0:
             self._owe_ack(envelope.src, envelope.seq)
             seen = self._seen.setdefault(envelope.src, set())

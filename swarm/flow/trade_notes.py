@@ -152,12 +152,20 @@ class TradeNotes(Resyncs):
 
     def _refuse_late_move(self, b: str, msg: Moved, counted: float) -> None:
         """b's `Moved` came after we settled its trade with d at `counted`: b added the whole
-        rate to c -> b, so we cancel the rest there (a b we wrote off drops the edge anyway)."""
-        extra = msg.rate - counted
+        rate to c -> b, so we cancel the rest there (a b we wrote off drops the edge anyway).
+        The rest is counted on c -> b first and cancelled like any flow (`Sender.cancel`): b may
+        have returned it already, its `Return` overtaking this `Moved`, and an untracked cancel then
+        left c -> b below zero at c (false departures with 1-3 holders and 5% loss: 1 of 400)."""
+        extra, h = msg.rate - counted, msg.holder
         if b == self._fenced_src:
             return  # (from before one of us wrote the other off: b dropped that flow with the edge)
-        if extra > EPS and msg.holder in self.out:
-            self.send(b, Cancel(msg.holder, extra, self._new_id()), reliable=b in self.next)
+        if extra <= EPS or h not in self.out:
+            return
+        if b in self.next:
+            self.out[h][b] = self.out[h].get(b, 0.0) + extra
+            self.cancel(h, b, extra)
+        else:
+            self.send(b, Cancel(h, extra, self._new_id()), reliable=False)
 
     def _heard_from_d(self, d: str, msg: Traded) -> None:
         """d took `rate` of our flow off c -> d on b's word, and b's `Moved` never reached us."""

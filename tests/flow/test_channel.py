@@ -3,6 +3,7 @@ node a message went to; envelopes with acknowledgements cross the wire codec int
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 
@@ -112,14 +113,27 @@ class FalseDepartures:
     periods and then find it again: its neighbours write it off (a failed call, a lapsed record;
     not with `neighbours=False`) and, with `mates`, its stage mates think it left too (its DHT
     record lapsed for them). Meanwhile they refuse X's messages without acknowledging them, as
-    `LiveFlow` does."""
+    `LiveFlow` does. With `multi`, 1-3 holders, and limited links on odd seeds."""
 
     def __init__(
-        self, seed: int, trading_only: bool, mates: bool, loss: float, events: int, neighbours: bool = True
+        self,
+        seed: int,
+        trading_only: bool,
+        mates: bool,
+        loss: float,
+        events: int,
+        neighbours: bool = True,
+        multi: bool = False,
     ) -> None:
         self.rng = rng = random.Random(seed)
         stages, per_stage = rng.randint(3, 5), rng.randint(3, 6)
         self.inst = random_instance(stages * per_stage, stages, 1, seed)
+        if multi:
+            pick = random.Random(seed * 7 + 1)
+            stages, per_stage, holders = pick.randint(3, 5), pick.randint(3, 6), pick.randint(1, 3)
+            limited = seed % 2 == 1
+            inst = random_instance(stages * per_stage, stages, holders, seed, (10 if limited else 4) * 2**20)
+            self.inst = dataclasses.replace(inst, link_capacity=limited)
         self.bus = bus = MessageBus(self.inst, seed=seed, loss=loss)
         self.trading_only, self.mates, self.events, self.neighbours = trading_only, mates, events, neighbours
         self.refused: dict[str, set[str]] = {}  # X -> the peers refusing its messages
@@ -180,7 +194,8 @@ class FalseDepartures:
             self.rediscover(x)
         assert bus.run_until_quiescent(max_time=300.0).quiescent
         assert violations(bus) == []
-        assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(self.inst), abs=1e-6)
+        if len(self.inst.holders) == 1 and not self.inst.link_capacity:  # (else not exact, see README)
+            assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(self.inst), abs=1e-6)
 
 
 @pytest.mark.parametrize("trading_only", [False, True], ids=["any-moment", "mid-trade"])
@@ -250,6 +265,14 @@ def test_mates_thinking_a_live_peer_gone_with_loss_leave_edges_agreed(
       now leaves such flow messages unacknowledged until the sender is found again)."""
     harness = FalseDepartures(seed, True, mates=True, loss=0.05, events=events, neighbours=neighbours)
     harness.run()
+
+
+def test_false_departures_with_several_holders_and_limited_links_leave_edges_agreed() -> None:
+    """As above (all around, up to three events) with 1-3 holders, limited links on odd seeds: the
+    one run of seeds 0-399 that ended out of step (103: a `Return` that overtook the late `Moved` it
+    returned, `TradeNotes._refuse_late_move`), and a few more seeds of each kind."""
+    for seed in (103, 0, 1, 2, 3):
+        FalseDepartures(seed, True, mates=True, loss=0.05, events=3, multi=True).run()
 
 
 def test_edge_generations_cross_the_codec() -> None:

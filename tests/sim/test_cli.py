@@ -103,3 +103,11 @@ def test_overrides_for_a_scale_run() -> None:
     sc = _override(builtin_scenario("geo-10-regions-high-churn"), "gpt-1.5b", 1000, 16, 1.0)
     assert (sc.peer_count, sc.stages, sc.max_time_s, sc.model.name) == (1000, 16, 3600.0, "gpt-1.5b")
     assert sc.name == "geo-10-regions-high-churn:gpt-1.5b:1000p:16s:1h" and sc.iterations >= 10**9
+
+
+def test_a_long_gwtf_run_is_announced_before_it_starts() -> None:
+    from cli.sim import gwtf_scale_warning
+
+    assert gwtf_scale_warning(1000, ("gwtf", "swarm", "oracle")) is not None
+    assert gwtf_scale_warning(1000, ("swarm",)) is None
+    assert gwtf_scale_warning(80, ("gwtf",)) is None
