@@ -195,9 +195,10 @@ def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
     """SIGTERM the process tree and session, then SIGKILL what is left; returns pids still alive
     (should be none). The tree is looked up again before each signal: a daemon started while the
     process shut down, or one whose parent died first (reparented, so no longer a descendant), is
-    still in the session the process was started in."""
+    still in the session the process was started in. A killed process in uninterruptible I/O
+    dies when that returns: on a loaded 2-core CI machine one outlived 5 s once, so it gets 20."""
     tree: set[int] = set()
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 20.0)):
         tree |= descendants(proc.pid) | in_session(proc.pid) | {proc.pid}
         for pid in tree:
             try:
@@ -212,6 +213,18 @@ def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
             break
     proc.wait(timeout=5)
     return {p for p in tree if alive(p)}
+
+
+def describe(pid: int) -> str:
+    """pid, state letter and command line of a process (for a leak report)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().split(") ")[-1].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return f"{pid} (gone)"
+    return f"{pid} [{state}] {cmd[:160]}"
 
 
 def p2pd_in(session: int) -> list[int]:
@@ -233,6 +246,7 @@ class Procs:
             stdin=subprocess.DEVNULL, env=env, start_new_session=True,
         )  # fmt: skip
         proc.log_path = self.logs / f"{name}.log"  # type: ignore[attr-defined]
+        proc.name = name  # type: ignore[attr-defined]
         self.started.append(proc)
         return proc
 
@@ -241,7 +255,7 @@ class Procs:
         for proc in reversed(self.started):
             left = kill_tree(proc)
             if left or p2pd_in(proc.pid):
-                leaked[proc.args[2]] = sorted(left) + p2pd_in(proc.pid)
+                leaked[proc.name] = [describe(p) for p in sorted(left | set(p2pd_in(proc.pid)))]
         assert not leaked, f"processes left running: {leaked}"
 
 
