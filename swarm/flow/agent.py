@@ -332,7 +332,7 @@ class Sender(LinkUse):
                 if msg.swapped is not None:
                     old = msg.swapped  # the receiver chose another of the hops we offered to trade
                 # (else we wrote it off, this flow with it, when it left or since: see `_old_gen`)
-                if old in self.next and gens.get(old, -1) in (-1, self._gen.get(old, 0)):
+                if old in self.next and self.same_edge(old, gens.get(old, -1)):
                     self.out[h][old] = self.out[h].get(old, 0.0) - moved
                     self.flows_moved()
                 self.on_traded()

@@ -347,7 +347,7 @@ class Exchanger(SwapAsks):
         moved = 0.0
         # c replaces a as a sender: our label must not drop (news that would ripple through the swarm)
         keeps = self.view_label(c, h) + 1 >= self.label(h) and not self.ask_closed(src, a, msg.ask)
-        keeps = keeps and msg.sender_gen in (-1, self._gen.get(a, 0))  # (see `Exchange.sender_gen`)
+        keeps = keeps and self.same_edge(a, msg.sender_gen)  # (see `Exchange.sender_gen`)
         if h in self.inflow and a in self.prev and c in self.prev and a != c and keeps:
             moved = min(msg.rate, self.movable(h, a), self.in_room(c))
         if moved > EPS:
@@ -367,7 +367,7 @@ class Exchanger(SwapAsks):
         self.observe(msg.state)
         h = msg.holder
         # the edge to `old` moves unless one of us wrote the other off since the trade (`Moved.old_gen`)
-        old_moves = msg.old in self.next and msg.old_gen in (-1, self._gen.get(msg.old, 0))
+        old_moves = msg.old in self.next and self.same_edge(msg.old, msg.old_gen)
         if src not in self.next or h not in self.out or src == self._fenced_src:
             # not ours to send to (or from before we wrote src off and found it again): withdraw it
             if h in self.out and old_moves:  # it left `old` all the same

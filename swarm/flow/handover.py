@@ -109,7 +109,7 @@ class HandOvers(Exchanger):
         if not late:
             self.reserved = max(0.0, self.reserved - p.rate)
         moved = max(moved, 0.0)
-        same_edge = onward_gen in (-1, self._gen.get(onward or "", 0))
+        same_edge = self.same_edge(onward or "", onward_gen)
         if moved > EPS and onward is not None and onward in self.next and same_edge:
             self.out[h][onward] = self.out[h].get(onward, 0.0) + moved
             self.flows_moved()
@@ -137,7 +137,7 @@ class HandOvers(Exchanger):
         b -> z); otherwise answer d that nothing moved."""
         h, a, d = msg.holder, msg.sender, src
         rate, z = 0.0, None
-        open_ask = not self.ask_closed(d, a, msg.ask) and msg.sender_gen in (-1, self._gen.get(a, 0))
+        open_ask = not self.ask_closed(d, a, msg.ask) and self.same_edge(a, msg.sender_gen)
         if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
             z = self._hand_over_hop(h, a, d, msg) if rate > EPS else None

@@ -127,6 +127,9 @@ class Node(Views):
         env = Envelope(self.id, dst, self._seq, self.depth + 1, body, acks, gen)
         self._unacked[self._seq] = (env, self.now)
         self.env.transmit(env)
+        self._arm_retry()
+
+    def _arm_retry(self) -> None:
         if not self._retry_armed:
             self._retry_armed = True
             self.env.set_timer(self.id, self.env.retry_s, "retry")
@@ -238,6 +241,11 @@ class Node(Views):
             return True
         return gen == mine or not isinstance(envelope.body, FENCED)
 
+    def same_edge(self, node: str, gen: int) -> bool:
+        """Whether our edge with `node` is still of generation `gen` (-1: not said), i.e. neither of
+        us wrote the other off since (see `_same_generation`)."""
+        return gen in (-1, self._gen.get(node, 0))
+
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""
 
@@ -317,8 +325,7 @@ class Node(Views):
             if self._parked:
                 self._unpark(now)
             if self._unacked or self._parked:
-                self._retry_armed = True
-                self.env.set_timer(self.id, self.env.retry_s, "retry")
+                self._arm_retry()
         elif token == "acks":
             self._flush_acks()
         elif token == "ready":
@@ -350,9 +357,8 @@ class Node(Views):
             env, _ = self._unacked.pop(seq)
             if park:
                 self._parked[seq] = (env, self.now)
-        if park and self._parked and not self._retry_armed:
-            self._retry_armed = True
-            self.env.set_timer(self.id, self.env.retry_s, "retry")
+        if park and self._parked:
+            self._arm_retry()
 
     def _unpark(self, now: float) -> None:
         """Parked messages to a mate that is known again go back to retransmission; old ones go."""

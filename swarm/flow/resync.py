@@ -82,7 +82,7 @@ class Resyncs(HandOvers):
     def _moves_old(self, oid: int, hop: str) -> bool:
         """Whether d's reply to offer `oid` takes its traded rate off our edge to `hop` (as
         `Sender.on_reply` does: unless one of us wrote the other off since)."""
-        return hop in self.next and self._old_gen.get(oid, {}).get(hop, -1) in (-1, self._gen.get(hop, 0))
+        return hop in self.next and self.same_edge(hop, self._old_gen.get(oid, {}).get(hop, -1))
 
     def on_moved(self, src: str, msg: Moved) -> None:
         ask = self._asks.get(msg.ask) if msg.ask >= 0 else None

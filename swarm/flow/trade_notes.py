@@ -47,7 +47,8 @@ from swarm.flow.resync import Resyncs
 # the README's 8 x 160 and 16 x 160 instances to 1,626 and 337 notes, nearly all told to an end that
 # had heard (62 and 5 with 8).
 NOTE_KEEP = ANSWER_WAIT
-NOTES_REMEMBERED = 8.0  # windows a note is kept to answer checks (two are told when b leaves)
+NOTES_TOLD = 2.0  # windows of notes told when b leaves (see `_prune`)
+NOTES_REMEMBERED = 8.0  # windows a note is kept to answer checks
 
 
 @dataclass
@@ -109,8 +110,9 @@ class TradeNotes(Resyncs):
         self._moved_in = {k: n for k, n in self._moved_in.items() if n.at >= old}
         self._taken = {k: n for k, n in self._taken.items() if n.at >= old}
         self._traded_out = {k: n for k, n in self._traded_out.items() if n.at >= self._since(1.0)}
+        told = self._since(NOTES_TOLD)
         for (d, _), (check, at) in sorted(self._deferred.items()):
-            if at < self._since(2.0):  # b never moved it (or d stopped asking): nothing moved
+            if at < told:  # b never moved it (or d stopped asking): nothing moved
                 self._answer_check(d, check)
 
     def forget_target(self, node: str) -> None:
@@ -118,7 +120,7 @@ class TradeNotes(Resyncs):
         exchange waiting for the answer of c (`node`) ends; c's flow went with c."""
         super().forget_target(node)
         self._prune()
-        recent = self._since(2.0)
+        recent = self._since(NOTES_TOLD)
         for (d, eid), note in sorted(self._moved_in.items()):
             if note.mate == node and d in self.next and note.at >= recent:
                 self.send(d, Traded(eid, note.holder, note.rate, node, self.state()))
@@ -175,7 +177,7 @@ class TradeNotes(Resyncs):
             return
         self._moved_in[key] = _Note(msg.mate, h, msg.rate, self.now, d)
         # (else c -> d was dropped on both sides since d applied the trade, this flow with it)
-        if d != self._fenced_src and msg.edge_gen in (-1, self._gen.get(d, 0)):
+        if d != self._fenced_src and self.same_edge(d, msg.edge_gen):
             self.out[h][d] = self.out[h].get(d, 0.0) - msg.rate
         if msg.mate in self.next:  # (else we wrote b off when it left: the flow is ours to push again)
             self.out[h][msg.mate] = self.out[h].get(msg.mate, 0.0) + msg.rate
@@ -348,7 +350,7 @@ class TradeNotes(Resyncs):
         """z took `rate` of b's flow over as ours, and b's answer never reached us: a late answer."""
         eid = msg.exchange_id
         if self._asking_z.get(eid) == z:
-            same_edge = msg.edge_gen in (-1, self._gen.get(z, 0))  # (else z -> d was dropped since)
+            same_edge = self.same_edge(z, msg.edge_gen)  # (else z -> d was dropped since)
             self._settle_onward(eid, z, msg.rate if same_edge else 0.0)
             return
         late = eid not in self._pending
