@@ -224,6 +224,20 @@ class Sender(LinkUse):
                 options.append((link(v) + st.cheapest.get(h, INF), v, spare))
         return options
 
+    def _move_targets(self, h: str) -> list[tuple[str, float]]:
+        """(w, w's dearest route on) for each target w a move of h's flow may go to: a lower label,
+        link room, and (unless full peers trade) spare capacity. Moved flow follows every route w
+        already uses, not only its cheapest."""
+        mine = self.label(h)
+        moves = []
+        for w in self.targets(h):
+            if self.target_label(h, w) >= mine or self.room(w) <= EPS:
+                continue
+            if not self.trades and self.target_spare(h, w) <= EPS:
+                continue  # a swap ask to a full w could never be traded (see `trades`)
+            moves.append((w, max(self.target_cheapest(h, w), self.target_worst(h, w))))
+        return moves
+
     def cancel_deficit(self, h: str) -> None:
         """More flow leaves than arrives: withdraw it from the most expensive next hops."""
         deficit = sum(self.out[h].values()) + self.offered(h) - self.supply(h)
@@ -257,20 +271,22 @@ class Sender(LinkUse):
             return False
         best: tuple[float, str, str, str] | None = None
         for h in self.holders:
-            mine = self.label(h)
-            for v, r in self.out[h].items():
-                if r <= EPS:
+            used = [(v, self.target_worst(h, v)) for v, r in self.out[h].items() if r > EPS]
+            if not used:
+                continue
+            moves = self._move_targets(h)  # the same for every v: judged once, not per used hop
+            if not moves:
+                continue
+            for v, cur in used:
+                # the first w (in target order) with the least delta, as a scan of every w finds it
+                least = min((there for w, there in moves if w != v), default=None)
+                if least is None:
                     continue
-                cur = self.target_worst(h, v)
-                for w in self.targets(h):
-                    if w == v or self.target_label(h, w) >= mine or self.room(w) <= EPS:
-                        continue
-                    if not self.trades and self.target_spare(h, w) <= EPS:
-                        continue  # a swap ask to a full w could never be traded (see `trades`)
-                    # moved flow follows every route w already uses, not only its cheapest
-                    delta = max(self.target_cheapest(h, w), self.target_worst(h, w)) - cur
-                    if best is None or delta < best[0]:
-                        best = (delta, h, v, w)
+                delta = least - cur
+                if best is None or delta < best[0]:
+                    others = [w for w, there in moves if w != v and there - cur == delta]
+                    w = others[0] if others else next(w for w, _ in moves if w != v)  # (NaN: the first)
+                    best = (delta, h, v, w)
         if best is None:
             return False
         delta, h, v, w = best

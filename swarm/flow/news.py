@@ -84,6 +84,7 @@ class Announcer:
     holders: tuple[str, ...]
     announce_s: float
     _told: dict[str, tuple]  # neighbour -> (has spare, labels, costs) it last heard from us
+    _summary: tuple  # the last of those we sent (`Node.send`): equal ones are this same object
     _announce_armed: bool
     _cost_at: float
 
@@ -115,6 +116,8 @@ class Announcer:
             return  # nobody can use our state before our route costs are known (see check_ready)
         st = self.state()
         now = summary_of(st)
+        if now == self._summary:  # what we told last: neighbours that heard it learn nothing new
+            now = self._summary
         good: list[str] = []
         other: list[str] = []
         costs_only = True
@@ -122,7 +125,10 @@ class Announcer:
         # neighbours told in one announcement share its summary: judge each summary once
         told_by, judged = self._told, {}
         for node in sorted(self.prev):
-            told, sender = told_by.get(node), node in senders
+            told = told_by.get(node)
+            if told is now:
+                continue
+            sender = node in senders
             key = (id(told), sender)
             news = judged.get(key)
             if news is None:
@@ -133,8 +139,9 @@ class Announcer:
                 other.append(node)
                 costs_only = costs_only and news == COSTS
         for node in sorted(self.downstream() - self.prev):
-            if node not in self.holders:
-                news = news_for(told_by.get(node), now, upstream=False)
+            told = told_by.get(node)
+            if told is not now and node not in self.holders:
+                news = news_for(told, now, upstream=False)
                 if news == GOOD:
                     good.append(node)
                 elif news:

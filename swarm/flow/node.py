@@ -115,7 +115,10 @@ class Node(Views):
         st = getattr(body, "state", None)
         if isinstance(st, State) and st.node == self.id:
             if st is not self._summarised:  # one summary per state, shared by all who hear it
-                self._summarised, self._summary = st, summary_of(st)
+                self._summarised = st
+                summary = summary_of(st)
+                if summary != self._summary:  # equal: keep the object, so `_publish` judges it once
+                    self._summary = summary
             self._told[dst] = self._summary
         self.sent += 1
         acks = tuple(self._owed.pop(dst, ()))

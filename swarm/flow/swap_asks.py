@@ -76,15 +76,22 @@ class SwapAsks(PathNews):
         """
         if self.offers or self.cancels:
             return False
-        options: list[tuple[float, str, str, str]] = []
+        # Per (holder, d), the best option as (gain, h, b, d): the asks go to the first distinct d's
+        # in that order, each offered its best hops, as a sort of every option would pick them. The
+        # scan ran for every pair of next hops (millions per swarm at 62 next hops); it now walks
+        # our hops from the farthest and from the dearest onwards, and stops where no hop can beat
+        # the best found (see `_best_trade`).
+        candidates: list[tuple[float, str, str, str]] = []
         tried, link, onwards = self._swap_tried, self.link, self.worst_of
         holders = self.holders
         for h in holders:
             used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
             if not used:
                 continue
-            farthest = max(there for _, there, _ in used) - EPS
-            dearest = max(there_worst for _, _, there_worst in used) - GAIN_S - EPS
+            far_first = sorted(used, key=lambda u: -u[1])
+            dear_first = sorted(used, key=lambda u: -u[2])
+            farthest = far_first[0][1] - EPS
+            dearest = dear_first[0][2] - GAIN_S - EPS
             for d in self.targets(h):
                 if d in holders:
                     continue
@@ -92,28 +99,19 @@ class SwapAsks(PathNews):
                 here_worst = here + onwards(h, d)
                 if here >= farthest and here_worst >= dearest:
                     continue  # neither closer nor cheaper onwards than any hop we use
-                for b, there, there_worst in used:
-                    # closer (the four edges may cost less), or a cheaper worst route onwards (the
-                    # most expensive path through them may get cheaper)
-                    gain = here - there
-                    other = here_worst - there_worst + GAIN_S
-                    if other < gain:
-                        gain = other
-                    if gain < -EPS and b != d and (h, b, d) not in tried:
-                        options.append((gain, h, b, d))
-        options.sort()
-        # one ask offers d several of our hops to trade with (those the scan found worth it, best first)
-        hops_for: dict[tuple[str, str], list[str]] = {}
-        for _, h, b, d in options:
-            hops_for.setdefault((h, d), []).append(b)
+                best = _best_trade(here, here_worst, far_first, dear_first, h, d, tried)
+                if best is not None:
+                    candidates.append((best[0], h, best[1], d))
+        candidates.sort()
         asked: set[str] = set()
-        for _, h, b, d in options:
+        for _, h, b, d in candidates:
             if len(asked) >= min(SWAP_BATCH, self.swap_budget):
                 break
             if d in asked:
                 continue
             asked.add(d)
-            hops = hops_for[(h, d)][:WIDE_ASKS]
+            # one ask offers d several of our hops to trade with (those worth it, best first)
+            hops = [x for _, x in self._trades_with(h, d)[:WIDE_ASKS]]
             tried.update((h, x, d) for x in hops)
             room = self.room(d)
             rates = [(x, min(self.out[h][x], room)) for x in hops]
@@ -131,12 +129,70 @@ class SwapAsks(PathNews):
         self.swap_budget -= len(asked)
         return bool(asked)
 
+    def _trades_with(self, h: str, d: str) -> list[tuple[float, str]]:
+        """Every untried trade of our hops b for d's in-flow that pays, as (gain, b), best first.
+
+        A trade pays if d is closer than b (the four edges may cost less) or has a cheaper worst
+        route onwards (the most expensive path through them may get cheaper)."""
+        link, onwards, tried = self.link, self.worst_of, self._swap_tried
+        here = link(d)
+        here_worst = here + onwards(h, d)
+        trades = []
+        for b, r in self.out[h].items():
+            if r > EPS and b != d and (h, b, d) not in tried:
+                gain = _gain(here, here_worst, link(b), link(b) + onwards(h, b))
+                if gain < -EPS:
+                    trades.append((gain, b))
+        trades.sort()
+        return trades
+
     def on_traded(self) -> None:
         """An exchange we asked for was made: asks pay here, so this peer may ask a few more."""
         refund = min(SWAP_REFUND, SWAP_REFUND_MAX - self._refunded)
         if refund > 0 and self.swap_budget >= 0:
             self._refunded += refund
             self.swap_budget += refund
+
+
+def _gain(here: float, here_worst: float, there: float, there_worst: float) -> float:
+    """What trading our hop b (`there`, `there_worst`) for d (`here`, `here_worst`) gains:
+    negative pays (the lower of the two ways it may pay, see `SwapAsks._trades_with`)."""
+    gain = here - there
+    other = here_worst - there_worst + GAIN_S
+    return other if other < gain else gain
+
+
+Hop = tuple[str, float, float]  # (next hop, edge cost to it, edge cost + its worst route onwards)
+
+
+def _best_trade(
+    here: float,
+    here_worst: float,
+    far_first: list[Hop],
+    dear_first: list[Hop],
+    h: str,
+    d: str,
+    tried: set[tuple[str, str, str]],
+) -> tuple[float, str] | None:
+    """The least (gain, b) over our untried hops b != d whose trade for d pays, or None.
+
+    A hop's gain is the lower of (here - there) and (here_worst - there_worst + GAIN_S), so the best
+    is at the head of our hops ordered by `there` or by `there_worst`, descending: each walk stops at
+    the first hop whose own term cannot pay or cannot beat the best found, and the two walks together
+    see every hop that could be the best (ties broken by name, as a sort of all options would)."""
+    best: tuple[float, str] | None = None
+    for hops, index in ((far_first, 1), (dear_first, 2)):
+        for hop in hops:
+            term = here - hop[1] if index == 1 else here_worst - hop[2] + GAIN_S
+            if term >= -EPS or (best is not None and term > best[0]):
+                break
+            b = hop[0]
+            if b == d or (h, b, d) in tried:
+                continue
+            found = (_gain(here, here_worst, hop[1], hop[2]), b)
+            if best is None or found < best:
+                best = found
+    return best
 
 
 __all__ = ["SwapAsks", "CALM_WAIT", "GAIN_S", "WIDE_ASKS", "SWAP_REFUND", "SWAP_REFUND_MAX"]
