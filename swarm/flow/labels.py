@@ -30,6 +30,8 @@ class PeerLabels(TradeNotes):
                 cache.update({h: 0 if h in self.next and self.room(h) > EPS else top for h in self.holders})
             else:
                 cache.update(dict.fromkeys(self.holders, top))
+                counts = self._fwd_count  # next hops at each minimum (see `Views._fold`)
+                counts.update(dict.fromkeys(self.holders, 0))
                 for v in self.next:
                     st = self.views.get(v)
                     if st is None or st.spare <= EPS or self.room(v) <= EPS:
@@ -40,6 +42,9 @@ class PeerLabels(TradeNotes):
                         lab = st.labels.get(h, top)
                         if lab < cache[h]:
                             cache[h] = lab
+                            counts[h] = 1
+                        elif lab == cache[h]:
+                            counts[h] += 1
         return cache
 
     def compute_label(self, h: str) -> int:

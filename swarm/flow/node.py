@@ -104,6 +104,7 @@ class Node(Views):
         self._caps: dict[tuple[str, str], float] = {}
         self._cheap_cache: dict[str, float] = {}
         self._fwd_cache: dict[str, int] = {}
+        self._fwd_count: dict[str, int] = {}  # next hops at each `_fwd_cache` minimum (see `_fold`)
         self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
 
     # ------------------------------------------------------------- channel

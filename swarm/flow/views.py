@@ -25,6 +25,7 @@ class Views(Announcer):
     link_limits: bool
     _cheap_cache: dict[str, float]
     _fwd_cache: dict[str, int]
+    _fwd_count: dict[str, int]
     _worst_cache: dict[str, float | None]
     next: set[str]
 
@@ -142,12 +143,22 @@ class Views(Announcer):
         top, v = self.max_label, new.node
         was_ok, now_ok = old.spare > EPS, new.spare > EPS
         fwd = self._fwd_cache
+        # how many next hops sit at each minimum, so that one rising from it needs no rescan while
+        # another stays (a rescan reads every next hop; it ran on most relabels at 62 next hops)
+        counts = self._fwd_count
         for h, best in fwd.items():
             was = old.labels.get(h, top) if was_ok and not self.dead_end(old, h) else top
             now = new.labels.get(h, top) if now_ok and not self.dead_end(new, h) else top
             if now < best:
                 fwd[h] = now
+                counts[h] = 1
+            elif now == best:
+                if was != best:
+                    counts[h] += 1
             elif now > was and was <= best:
+                if was == best < top and counts[h] > 1:
+                    counts[h] -= 1  # another next hop still offers this minimum
+                    continue
                 fwd.clear()  # v may have been the minimum: rescan on next use
                 break
         cheap = self._cheap_cache
