@@ -22,6 +22,7 @@ class PathNews(Sender):
 
     def init_path_news(self) -> None:
         self._told_paths: dict[str, Paths] = {}  # neighbour -> the path news it last heard from us
+        self._paths_sent: Paths | None = None  # the last of those (equal news shares this object)
 
     def fresh_worst(self, h: str) -> float | None:
         """Our most expensive used route on to h's sink, from our next hops' path news."""
@@ -51,11 +52,15 @@ class PathNews(Sender):
         arrival = {h: a for h in self.holders if (a := self.fresh_arrival(h)) > 0.0}
         worst = {h: w for h in self.holders if (w := self.fresh_worst(h)) is not None}
         body = Paths(arrival, worst)
+        if body == self._paths_sent:  # what we sent last: neighbours that heard it learn nothing
+            body = self._paths_sent
         senders = {u for u in self.senders() if u not in self.holders}
         downstream = {v for v in self.downstream() if v not in self.holders}
         judged: dict[tuple[int, bool, bool], bool] = {}  # neighbours told at once share a body
         for node in sorted(senders | downstream):
             told = self._told_paths.get(node)
+            if told is body:
+                continue
             key = (id(told), node in senders, node in downstream)
             news = judged.get(key)
             if news is None:
@@ -64,7 +69,7 @@ class PathNews(Sender):
                     or (key[2] and costs_moved(dict(told.arrival), arrival))
                 )
             if news:
-                self._told_paths[node] = body
+                self._told_paths[node] = self._paths_sent = body
                 self.send(node, body, reliable=False)
 
     def forget_paths(self, node: str) -> None:
