@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from cli.errors import UserError, user_errors
+from cli.speed_reference import reference_seconds
 from swarm.flow.bus import MessageBus
 from swarm.flow.churn import churn as apply_churn
 from swarm.flow.generate import random_instance
@@ -59,6 +60,7 @@ def flow(
     seconds = time.perf_counter() - start
     out = figures(bus, stats)
     out["seconds"] = round(seconds, 3)
+    _against_reference(out)
     if churn > 0:
         removed, added = apply_churn(bus, churn, seed)
         start = time.perf_counter()
@@ -72,6 +74,7 @@ def flow(
             "removed": len(removed),
             "added": len(added),
             **{k: v for k, v in again.items() if k != "routes"},
+            "seconds_over_reference": round(again["seconds"] / out["reference_seconds"], 1),
         }
         out["routes"] = again["routes"]
     if as_json:
@@ -111,4 +114,13 @@ def flow_sweep(
         activation_mb * 2**20,
     )
     out["seconds"] = round(time.perf_counter() - start, 3)
+    _against_reference(out)
     typer.echo(json.dumps(out, sort_keys=True))
+
+
+def _against_reference(out: dict) -> None:
+    """Add the reference workload's time on this machine now, and our seconds over it (see
+    cli/speed_reference.py: comparable across machines and days, where wall times are not)."""
+    ref = reference_seconds()
+    out["reference_seconds"] = round(ref, 3)
+    out["seconds_over_reference"] = round(out["seconds"] / ref, 1)

@@ -35,8 +35,13 @@ def test_random_json() -> None:
         "seconds",
         "routes",
         "bottleneck_stage",
+        "reference_seconds",
+        "seconds_over_reference",
     ):
         assert key in out
+    # wall time also as a ratio to a fixed workload timed in the same run (machines' speed moves)
+    assert out["reference_seconds"] > 0
+    assert out["seconds_over_reference"] == pytest.approx(out["seconds"] / out["reference_seconds"], abs=0.1)
     assert out["flow"] == pytest.approx(out["optimal_flow"], abs=1e-5)
     assert out["violations"] == 0
 
@@ -151,6 +156,7 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     assert 0 < ratios["median"] <= ratios["worst"] and 0 <= ratios["within_5pct"] <= 3
     assert out["mean_path_over_optimal"]["worst"] >= 1.0 - 1e-6 and out["rounds_mean"] > 0
     assert out["exact_max_flow"] == 3 and out["flow_over_optimal_worst"] == pytest.approx(1.0)
+    assert out["reference_seconds"] > 0 and out["seconds_over_reference"] >= 0
     limited = ["--instances", "2", "--max-stages", "4", "--max-per-stage", "4", "--max-holders", "2"]
     res = runner.invoke(app, ["bench", "flow-sweep", *limited, "--link-capacity", "--activation-mb", "10"])
     assert res.exit_code == 0, res.output

@@ -103,14 +103,19 @@ def test_one_holder_nearly_reaches_the_maximum_within_link_limits(
     assert 0.95 * max_flow_value(inst) - 1e-6 <= _flow(bus) <= max_flow_value(inst) + 1e-6
 
 
-def test_a_known_shortfall_with_one_holder_stays_feasible_and_close() -> None:
+@pytest.mark.parametrize(("per_stage", "seed", "share"), [(5, 411, 0.99), (6, 224, 0.92)])
+def test_known_shortfalls_with_one_holder_stay_feasible_and_close(
+    per_stage: int, seed: int, share: float
+) -> None:
     """6 stages x 5 peers, seed 411: the augmenting path left runs through the full peer s3p0,
-    trading its sender s2p0 for s2p2 (measured: 5.715 of 5.7612 microbatches/s)."""
-    base = random_instance(30, 6, 1, 411, activation_bytes=10 * 2**20)
+    trading its sender s2p0 for s2p2 (measured: 5.715 of 5.7612 microbatches/s). 6 x 6, seed 224
+    (found by a random draw of the test above): 9.6675 of 10.3975 (0.930), the same before and
+    after the scan speed-ups that came with it, so a gap of the protocol, not of them."""
+    base = random_instance(6 * per_stage, 6, 1, seed, activation_bytes=10 * 2**20)
     inst = dataclasses.replace(base, link_capacity=True)
-    bus = _converge(inst, 411)
+    bus = _converge(inst, seed)
     assert violations(bus) == []
-    assert 0.99 * max_flow_value(inst) <= _flow(bus) <= max_flow_value(inst) + 1e-6
+    assert share * max_flow_value(inst) <= _flow(bus) <= max_flow_value(inst) + 1e-6
 
 
 @given(seed=st.integers(0, 10_000))
