@@ -48,6 +48,14 @@ ANSWER_WAIT = 8.0  # retry periods before d tells a "nothing so far" (it still w
 EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
 
+# A trade that would lower d's label is refused (a lower label is news that spreads). But at the
+# maximum flow an idle peer of a non-bottleneck stage reaches no sink with spare, so its label sits
+# far above its upstream peers' and every ask to it was refused. An idle d has no sender to trade
+# and no news to spread but its own, so it may take a's flow over as a hand-over (README: "Idle
+# hand-overs": whole-range sweep within 5% on 15 -> 19 of 30).
+IDLE_HAND_OVERS = True
+
+
 @dataclass
 class _Pending:
     """An exchange this peer (as d) started: the offer it answers and the partner flow held aside."""
@@ -83,6 +91,10 @@ class Exchanger(SwapAsks):
         """In-flow from u that may be returned, cancelled or moved (not held for an exchange)."""
         return self.inflow[h].get(u, 0.0) - self._held.get((h, u), 0.0)
 
+    def has_inflow(self, h: str) -> bool:
+        """Whether any flow of holder h comes to us (an idle peer may take a hand-over at any label)."""
+        return any(r > EPS for r in self.inflow[h].values())
+
     def incoming_exchanges(self, a: str) -> float:
         """Flow that exchanges we (as d) are waiting on would bring us from initiator a."""
         return sum(p.rate for p in self._pending.values() if p.initiator == a)
@@ -101,8 +113,10 @@ class Exchanger(SwapAsks):
         the hops it offers: pick the (b, c) that gains most, hold c's flow aside and ask b.
         False: nothing to trade (reject)."""
         h = msg.holder
-        if msg.swap_from is None or msg.label + 1 < self.label(h):
-            return False  # (a replaces c as our sender: our label must not drop, see on_exchange)
+        if msg.swap_from is None:
+            return False
+        if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
+            return IDLE_HAND_OVERS and not self.has_inflow(h) and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
         options = msg.swap_options or (single,)
         cost, me = self.env.cost, self.id

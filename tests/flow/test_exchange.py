@@ -577,3 +577,55 @@ def test_a_holder_never_asks_for_a_trade_that_cannot_be_made(
     assert any(isinstance(e.body, Offer) and e.body.swap_from is not None for e in sent)  # peers still ask
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
+def idle_mate() -> tuple[MessageBus, dict[str, PeerAgent]]:
+    """a -> b -> z with a -> b far; b's stage mate d is idle, near a and z. z (the last stage) is
+    full, so d reaches no sink with spare: its label sits far above a's, and it is offered nothing."""
+    near, far = Link(0.001, 1e9), Link(0.2, 1e9)
+    peers = [("a", 0, 2.0, 0.1), ("b", 1, 1.0, 0.1), ("d", 1, 1.0, 0.1), ("z", 2, 1.0, 0.1)]
+    links = {("a", "b"): far, ("a", "d"): near, ("b", "z"): near, ("d", "z"): near}
+    inst = explicit(3, peers, [("h", 1.0)], overrides=links)
+    bus = MessageBus(inst, seed=0)
+    bus.run_until_quiescent()
+    p = {n: bus.agents[n] for n in "abdz"}
+    p["a"].out["h"], p["b"].out["h"], p["d"].out["h"] = {"b": 1.0}, {"z": 1.0}, {}
+    p["b"].inflow["h"], p["d"].inflow["h"], p["z"].inflow["h"] = {"a": 1.0}, {}, {"b": 1.0}
+    rewritten(bus, p, budget=1)
+    for _ in range(3):
+        for agent in p.values():
+            agent.relabel()
+    bus.run_until_quiescent()
+    rewritten(bus, p, budget=1)
+    assert violations(bus) == []
+    return bus, p
+
+
+@pytest.mark.parametrize("idle_hand_overs", [True, False])
+def test_an_idle_mate_above_the_sender_takes_a_dear_path_over(
+    idle_hand_overs: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the maximum flow an idle peer of a non-bottleneck stage has a label far above its
+    upstream peers' (it reaches no sink with spare), so a trade that made it a's next hop used to
+    be refused: its label would drop. With no in-flow it has no sender to trade and no label news
+    to spread but its own, so it takes a's dear flow over (`IDLE_HAND_OVERS`); the worst path gets
+    cheaper and the flow stays the maximum. Off, the ask is refused and a -> b stays."""
+    monkeypatch.setattr("swarm.flow.exchange.IDLE_HAND_OVERS", idle_hand_overs)
+    bus, p = idle_mate()
+    assert p["d"].label("h") > p["a"].label("h") + 1
+    inst = bus.instance
+    worst_before = cost.max_path_cost(inst, bus.routes())
+    with recorded(bus) as sent:
+        assert p["a"].try_swap()
+        bus.run_until_quiescent()
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(1.0)
+    if idle_hand_overs:
+        assert {"HandOver", "HandOff", "HandOffDone"} <= {type(e.body).__name__ for e in sent}
+        assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+        assert p["d"].routes()["h"] == {"z": pytest.approx(1.0)}
+        assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
+        assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.1
+    else:
+        assert "HandOver" not in {type(e.body).__name__ for e in sent}
+        assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}
