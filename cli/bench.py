@@ -97,10 +97,13 @@ def flow_sweep(
         False, "--link-capacity", help="Links carry at most bandwidth / activation bytes microbatches/s."
     ),
     activation_mb: float = typer.Option(4.0, "--activation-mb", help="MiB of activations per microbatch."),
+    timings: int = typer.Option(
+        1, "--timings", help="Run every instance under this many message timings (figures count runs)."
+    ),
 ) -> None:
     """The routing protocol against the exact optimum over many random instances (JSON figures)."""
-    if max_stages < 4 or max_per_stage < 3 or max_holders < 1:
-        raise UserError("--max-stages must be >= 4, --max-per-stage >= 3 and --max-holders >= 1")
+    if max_stages < 4 or max_per_stage < 3 or max_holders < 1 or timings < 1:
+        raise UserError("--max-stages must be >= 4, --max-per-stage >= 3, --max-holders and --timings >= 1")
     if not activation_mb > 0:
         raise UserError(f"--activation-mb must be positive, got {activation_mb}")
     start = time.perf_counter()
@@ -112,6 +115,7 @@ def flow_sweep(
         (1, max_holders),
         link_capacity,
         activation_mb * 2**20,
+        timings,
     )
     out["seconds"] = round(time.perf_counter() - start, 3)
     _against_reference(out)

@@ -123,30 +123,37 @@ def sweep(
     holders: tuple[int, int] = (1, 1),
     link_capacity: bool = False,
     activation_bytes: float = 4 * 2**20,
+    timings: int = 1,
 ) -> dict:
     """The protocol against the exact optimum on `count` seeded random geo instances: how often it
     routes the exact maximum flow, the distribution of max and mean path cost over the optimum's,
     rounds and messages per peer.
 
     One instance can mislead (the protocol's path depends on message timing); a sweep shows where a
-    change helps and where it hurts.
+    change helps and where it hurts. Even a sweep moves by several instances when only the timing
+    changes, so `timings` > 1 runs every instance under that many message timings (bus seeds K,
+    K + 1000, ...), and the figures count runs (`runs` = count x timings).
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
+    if timings < 1:
+        raise ValueError(f"a sweep needs at least one message timing per instance, got {timings}")
     rng = random.Random(seed)
     worst, mean, rounds, per_peer, flows = [], [], [], [], []
     for i in range(count):
         s, pps, hs = rng.randint(*stages), rng.randint(*per_stage), rng.randint(*holders)
         inst = random_instance(s * pps, s, hs, seed * 100_003 + i, activation_bytes)
         inst = dataclasses.replace(inst, link_capacity=link_capacity)
-        bus = MessageBus(inst, seed=seed * 100_003 + i)
-        stats = bus.run_until_quiescent()
-        routes, optimal = bus.routes(), min_cost_max_flow(inst)
-        flows.append(cost.flow_value(routes) / max(max_flow_value(inst), 1e-12))
-        worst.append(cost.max_path_cost(inst, routes) / cost.max_path_cost(inst, optimal))
-        mean.append(cost.mean_path_cost(inst, routes) / cost.mean_path_cost(inst, optimal))
-        rounds.append(stats.rounds)
-        per_peer.append(stats.messages / len(bus.agents))
+        optimal, exact = min_cost_max_flow(inst), max(max_flow_value(inst), 1e-12)
+        for t in range(timings):
+            bus = MessageBus(inst, seed=seed * 100_003 + i + 1000 * t)
+            stats = bus.run_until_quiescent()
+            routes = bus.routes()
+            flows.append(cost.flow_value(routes) / exact)
+            worst.append(cost.max_path_cost(inst, routes) / cost.max_path_cost(inst, optimal))
+            mean.append(cost.mean_path_cost(inst, routes) / cost.mean_path_cost(inst, optimal))
+            rounds.append(stats.rounds)
+            per_peer.append(stats.messages / len(bus.agents))
 
     def spread(values: list[float], within: float) -> dict:
         return {
@@ -158,6 +165,8 @@ def sweep(
 
     return {
         "instances": count,
+        "timings": timings,
+        "runs": count * timings,
         "exact_max_flow": sum(f >= 1 - 1e-6 for f in flows),
         "flow_over_optimal_worst": round(min(flows), 4),
         "max_path_over_optimal": spread(worst, 1.05),

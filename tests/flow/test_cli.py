@@ -161,7 +161,12 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     res = runner.invoke(app, ["bench", "flow-sweep", *limited, "--link-capacity", "--activation-mb", "10"])
     assert res.exit_code == 0, res.output
     assert 0 < json.loads(res.output)["flow_over_optimal_worst"] <= 1.0 + 1e-6
+    res = runner.invoke(app, ["bench", "flow-sweep", *limited[:6], "--timings", "2"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["timings"] == 2 and out["runs"] == 4 and out["exact_max_flow"] == 4
     bad_args = (["--instances", "0"], ["--max-stages", "2"], ["--max-holders", "0"], ["--activation-mb", "0"])
+    bad_args += (["--timings", "0"],)
     for bad in bad_args:
         res = runner.invoke(app, ["bench", "flow-sweep", *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output
