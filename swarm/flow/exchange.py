@@ -52,7 +52,8 @@ EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late
 # maximum flow an idle peer of a non-bottleneck stage reaches no sink with spare, so its label sits
 # far above its upstream peers' and every ask to it was refused. An idle d has no sender to trade
 # and no news to spread but its own, so it may take a's flow over as a hand-over (README: "Idle
-# hand-overs": whole-range sweep within 5% on 15 -> 19 of 30).
+# hand-overs": with three message timings, max path within 5% on 69 -> 74 of 90 runs of the default
+# range, 45 -> 48 of the whole range).
 IDLE_HAND_OVERS = True
 
 
@@ -91,10 +92,6 @@ class Exchanger(SwapAsks):
         """In-flow from u that may be returned, cancelled or moved (not held for an exchange)."""
         return self.inflow[h].get(u, 0.0) - self._held.get((h, u), 0.0)
 
-    def has_inflow(self, h: str) -> bool:
-        """Whether any flow of holder h comes to us (an idle peer may take a hand-over at any label)."""
-        return any(r > EPS for r in self.inflow[h].values())
-
     def incoming_exchanges(self, a: str) -> float:
         """Flow that exchanges we (as d) are waiting on would bring us from initiator a."""
         return sum(p.rate for p in self._pending.values() if p.initiator == a)
@@ -116,7 +113,7 @@ class Exchanger(SwapAsks):
         if msg.swap_from is None:
             return False
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
-            return IDLE_HAND_OVERS and not self.has_inflow(h) and self.start_hand_over(a, msg)
+            return IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
         options = msg.swap_options or (single,)
         cost, me = self.env.cost, self.id

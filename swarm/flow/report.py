@@ -131,8 +131,8 @@ def sweep(
 
     One instance can mislead (the protocol's path depends on message timing); a sweep shows where a
     change helps and where it hurts. Even a sweep moves by several instances when only the timing
-    changes, so `timings` > 1 runs every instance under that many message timings (bus seeds K,
-    K + 1000, ...), and the figures count runs (`runs` = count x timings).
+    changes, so `timings` > 1 runs every instance under that many message timings (bus seeds s,
+    s + 1000, ...), and the figures count runs (`runs` = count x timings).
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -145,13 +145,14 @@ def sweep(
         inst = random_instance(s * pps, s, hs, seed * 100_003 + i, activation_bytes)
         inst = dataclasses.replace(inst, link_capacity=link_capacity)
         optimal, exact = min_cost_max_flow(inst), max(max_flow_value(inst), 1e-12)
+        opt_max, opt_mean = cost.max_path_cost(inst, optimal), cost.mean_path_cost(inst, optimal)
         for t in range(timings):
             bus = MessageBus(inst, seed=seed * 100_003 + i + 1000 * t)
             stats = bus.run_until_quiescent()
             routes = bus.routes()
             flows.append(cost.flow_value(routes) / exact)
-            worst.append(cost.max_path_cost(inst, routes) / cost.max_path_cost(inst, optimal))
-            mean.append(cost.mean_path_cost(inst, routes) / cost.mean_path_cost(inst, optimal))
+            worst.append(cost.max_path_cost(inst, routes) / opt_max)
+            mean.append(cost.mean_path_cost(inst, routes) / opt_mean)
             rounds.append(stats.rounds)
             per_peer.append(stats.messages / len(bus.agents))
 
