@@ -19,6 +19,11 @@ less and that path gets no dearer, or the path gets cheaper by more than the edg
 it hands the flow over, tells z (`HandedOver`) and answers d (`ExchangeDone(onward=z)`); d answers
 a (`Reply(exchanged=..., swapped=b)`). With limited links there are no hand-overs (b cannot see
 the room on d's links).
+
+At the last stage z is the holder's sink, which takes its own microbatches from any last-stage
+peer: b lets a's flow go at once (its deficit then cancels b -> sink) and d pushes what it takes
+over to the sink as excess, so no `HandOff` is needed and the sink plays no part. Stage peers make
+no direct moves any more (swarm/flow/peer.py), so this is how a dear last hop gets cheaper.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ class _HandOff:
 # on 76 (71), at 300 messages per peer (260); unbounded 1.016x (58), 78, 370, but it took 1,000 x 16
 # seed 2 from 50 s to 87 s (1,062 messages per peer instead of 765).
 HAND_OVERS = 16
+# Hand-overs at the last stage too (`_hand_over_to_sink`). On the whole-range sweep (4-16 x 3-30,
+# seed 0, two message timings) max path within 5% on 19 / 15 -> 19 / 16 of 30, mean path within 10%
+# on 23 / 25 -> 24 / 26, messages per peer 569 / 570 -> 574 / 570 (README: "sink hand-overs").
+LAST_STAGE_HAND_OVERS = True
 
 
 class HandOvers(Exchanger):
@@ -73,7 +82,9 @@ class HandOvers(Exchanger):
         (the hop a ranked first for us) to hand a's flow over. False: reject the ask."""
         h = msg.holder
         spare = self.spare()
-        if self.link_limits or spare <= EPS or not msg.swap_options or self.last or self.hand_overs <= 0:
+        if self.link_limits or spare <= EPS or not msg.swap_options or self.hand_overs <= 0:
+            return False
+        if self.last and not LAST_STAGE_HAND_OVERS:
             return False
         option = msg.swap_options[0]  # the hop a ranked first for us
         rate = min(option.rate, msg.rate, spare)
@@ -110,7 +121,8 @@ class HandOvers(Exchanger):
             self.reserved = max(0.0, self.reserved - p.rate)
         moved = max(moved, 0.0)
         same_edge = self.same_edge(onward or "", onward_gen)
-        if moved > EPS and onward is not None and onward in self.next and same_edge:
+        to_hop = onward is not None and onward in self.next and onward not in self.holders  # (a sink: excess)
+        if moved > EPS and to_hop and same_edge:
             self.out[h][onward] = self.out[h].get(onward, 0.0) + moved
             self.flows_moved()
             self._worst_cache.clear()
@@ -145,11 +157,24 @@ class HandOvers(Exchanger):
             self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
             return
         rate = min(rate, self.out[h][z])
+        if z in self.holders:
+            self._hand_over_to_sink(h, a, d, rate, msg)
+            return
         self._held[(h, a)] = self._held.get((h, a), 0.0) + rate
         hid = self._new_id()
         self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate, msg.ask)
         # (no timer: z answers or leaves, see drop_hand_offs)
         self.send(z, HandOff(h, rate, hid, d, exchange=msg.exchange_id))
+
+    def _hand_over_to_sink(self, h: str, a: str, d: str, rate: float, msg: HandOver) -> None:
+        """We are the last stage: z is the holder's sink, which takes everything of its own from
+        any last-stage peer. So nothing waits on it: we let a's flow go now (the deficit cancels our
+        flow to the sink) and d, which takes a's flow, pushes it to the sink as its own excess."""
+        self.inflow[h][a] -= rate
+        self.flows_moved()
+        self._worst_cache.clear()
+        self.gave(d, h, a, msg.ask, rate)
+        self.send(d, ExchangeDone(msg.exchange_id, h, rate, self.state(), h))
 
     def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver) -> str | None:
         """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays)."""
@@ -161,15 +186,16 @@ class HandOvers(Exchanger):
         up_a = msg.arrival
         best: tuple[float, str] | None = None
         for z, r in self.out[h].items():
-            if r <= EPS or z in self.holders or z not in self.next:
+            sink = self.last and z == h  # (the sink's label never changes)
+            if r <= EPS or (z in self.holders and not sink) or z not in self.next:
                 continue
-            if msg.label + 1 < self.view_label(z, h):
+            if not sink and msg.label + 1 < self.view_label(z, h):
                 continue  # d replaces us as z's sender: z's label must not drop
             try:
                 bz, dz = cost(me, z), cost(d, z)
             except Exception:  # noqa: BLE001 - z left the instance
                 continue
-            onwards = self.worst_of(h, z)
+            onwards = 0.0 if sink else self.worst_of(h, z)
             before = up_a + ab + bz + onwards
             via_d = up_a + ad + max(msg.onwards, dz + onwards)  # a's paths through d
             into_z = max(msg.inbound, up_a + ad) + dz + onwards  # paths over the new edge d -> z

@@ -54,6 +54,7 @@ FIRST_MOVES = 2
 # more and it got worse: 19 -> 14. Holders still move their flow to stage-0 peers with spare.
 DIRECT_MOVES = False
 
+
 class PeerAgent(PeerLabels):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
