@@ -82,6 +82,14 @@ def recorded(bus: MessageBus) -> Iterator[list[Envelope]]:
         bus.transmit = transmit  # type: ignore[method-assign]
 
 
+def kinds_after_one_ask(bus: MessageBus, a: PeerAgent) -> set[str]:
+    """a asks for one trade and the bus runs until quiet: the kinds of message sent meanwhile."""
+    with recorded(bus) as sent:
+        assert a.try_swap()
+        bus.run_until_quiescent()
+    return {type(e.body).__name__ for e in sent}
+
+
 def crossed() -> tuple[MessageBus, dict[str, PeerAgent]]:
     """Stage 0 = {a, c}, stage 1 = {b, d}, stage 2 = {e}; a-d and c-b are near, a-b and c-d far.
     The converged routing is rewritten by hand into the crossed one: a->b, c->d."""
@@ -540,10 +548,7 @@ def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_ho
     bus, p = handing_over()
     inst = bus.instance
     worst_before = cost.max_path_cost(inst, bus.routes())
-    with recorded(bus) as sent:
-        assert p["a"].try_swap()
-        bus.run_until_quiescent()
-    assert {"HandOver", "HandOff", "HandOffDone"} <= {type(e.body).__name__ for e in sent}
+    assert {"HandOver", "HandOff", "HandOffDone"} <= kinds_after_one_ask(bus, p["a"])
     assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
     assert p["d"].routes()["h"] == {"z": pytest.approx(2.0)}
     assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
@@ -623,17 +628,15 @@ def test_an_idle_mate_above_the_sender_takes_a_dear_path_over(
     assert p["d"].label("h") > p["a"].label("h") + 1
     inst = bus.instance
     worst_before = cost.max_path_cost(inst, bus.routes())
-    with recorded(bus) as sent:
-        assert p["a"].try_swap()
-        bus.run_until_quiescent()
+    kinds = kinds_after_one_ask(bus, p["a"])
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(1.0)
     if idle_hand_overs:
-        assert {"HandOver", "HandOff", "HandOffDone"} <= {type(e.body).__name__ for e in sent}
+        assert {"HandOver", "HandOff", "HandOffDone"} <= kinds
         assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
         assert p["d"].routes()["h"] == {"z": pytest.approx(1.0)}
         assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
         assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.1
     else:
-        assert "HandOver" not in {type(e.body).__name__ for e in sent}
+        assert "HandOver" not in kinds
         assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}

@@ -10,7 +10,7 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.instance import Link
 from tests.flow.conftest import explicit
-from tests.flow.test_exchange import recorded, rewritten
+from tests.flow.test_exchange import kinds_after_one_ask, rewritten
 
 NEAR, FAR = Link(0.001, 1e9), Link(0.2, 1e9)
 
@@ -27,11 +27,11 @@ def far_last_hop() -> tuple[MessageBus, dict]:
     p["b"].out["h"], p["d"].out["h"] = {"h": 1.0}, {}
     p["a"].inflow["h"], p["b"].inflow["h"], p["d"].inflow["h"] = {"h": 1.0}, {"a": 1.0}, {}
     p["h"].sink_in = {"b": 1.0}
-    peers = {n: p[n] for n in "abd"}
+    stage_peers = {n: p[n] for n in "abd"}
     p["h"]._worst_cache.clear()
-    rewritten(bus, peers, budget=0)
+    rewritten(bus, stage_peers, budget=0)
     bus.run_until_quiescent()
-    rewritten(bus, peers, budget=1)
+    rewritten(bus, stage_peers, budget=1)
     assert violations(bus) == []
     return bus, p
 
@@ -45,10 +45,7 @@ def test_an_idle_last_stage_mate_takes_a_dear_flow_over(on: bool, monkeypatch: p
     bus, p = far_last_hop()
     inst = bus.instance
     worst_before = cost.max_path_cost(inst, bus.routes())
-    with recorded(bus) as sent:
-        assert p["a"].try_swap()
-        bus.run_until_quiescent()
-    kinds = {type(e.body).__name__ for e in sent}
+    kinds = kinds_after_one_ask(bus, p["a"])
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(1.0)
     if on:
