@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
-from swarm.flow.labels import PeerLabels
+from swarm.flow.bids import PeerBids
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -34,7 +34,6 @@ from swarm.flow.messages import (
 )
 from swarm.flow.resync import Resyncs
 
-PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
 REPAIR_MOVES = 2  # improvement moves (and preemptions) for a peer that lost flow to churn
 # Improvement moves of a new peer's first convergence. Moves made while push-relabel is still finding
 # the maximum flow are judged on routes that are about to change: on three sweeps
@@ -55,7 +54,7 @@ FIRST_MOVES = 2
 DIRECT_MOVES = False
 
 
-class PeerAgent(PeerLabels):
+class PeerAgent(PeerBids):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -76,6 +75,8 @@ class PeerAgent(PeerLabels):
         self._labels: dict[str, int] = {}
         self.bids: dict[str, dict[str, float]] = {h: {} for h in self.holders}
         self.preempts = 4
+        self._refunds = 0  # bids refunded so far (at most BID_REFUNDS)
+        self._preempt_offers: set[int] = set()  # our bids in flight (see `on_reply`)
         self._labels_fresh = False  # labels were just recomputed by on_offer
         self._returned = False  # settle() handed flow back upstream
         self.init_exchanges()
@@ -200,7 +201,7 @@ class PeerAgent(PeerLabels):
             room = max(0.0, self.in_room(src))
             accepted = min(msg.rate, self.spare(), room)
             if msg.preempt and msg.bid is not None and accepted < min(msg.rate, room) - EPS:
-                accepted += self._evict(src, h, min(msg.rate, room) - accepted, msg.bid)
+                accepted += self._evict(src, h, min(msg.rate, room) - accepted, msg.bid, msg.label)
         if accepted > EPS:
             self.inflow[h][src] = self.inflow[h].get(src, 0.0) + accepted
             if msg.bid is not None:
@@ -210,61 +211,6 @@ class PeerAgent(PeerLabels):
         self.relabel()
         self._labels_fresh = True  # settle() follows at once: no need to relabel again
         self.send(src, Reply(msg.offer_id, h, accepted, self.state()))
-
-    def arrival(self, h: str) -> float:
-        bids = self.bids[h]
-        return max((bids.get(u, 0.0) for u, r in self.inflow[h].items() if r > EPS), default=0.0)
-
-    def _evict(self, sender: str, h: str, rate: float, bid: float) -> float:
-        """Preemption at a full peer: return in-flows whose path so far costs clearly more than `bid`.
-
-        The displaced upstream gets its flow back and pushes it elsewhere or returns it, so the
-        capacity of a full peer goes to the cheapest paths (an auction where the bid is the path cost
-        so far; all flows through this peer share the same continuation).
-        """
-        got = 0.0
-        # with limited links a holder may depend on a few peers its links reach, so flows of other
-        # holders bid too (their senders push elsewhere or return it; each eviction needs a cheaper bid)
-        kinds = self.holders if self.link_limits else (h,)
-        worse = [
-            (self.bids[g].get(u, 0.0), g, u)
-            for g in kinds
-            for u in self.inflow[g]
-            if (u, g) != (sender, h)
-            and self.movable(g, u) > EPS
-            and self.bids[g].get(u, 0.0) > bid + PREEMPT_MARGIN_S
-        ]
-        for _, g, u in sorted(worse, reverse=True):
-            if got >= rate - EPS:
-                break
-            moved = min(rate - got, self.movable(g, u))
-            self.inflow[g][u] -= moved
-            got += moved
-            self.send(u, Return(g, moved, self.state()))
-        return got
-
-    def _preempt(self, h: str, left: float) -> bool:
-        """Excess and no next hop with spare: bid for a full next hop's capacity (budgeted)."""
-        if self.last or self.preempts <= 0 or not self.improve:
-            return False
-        mine = self.label(h)
-        full = [
-            v
-            for v in self.next
-            if self.view_spare(v) <= EPS
-            and self.target_label(h, v) < mine
-            and v in self.views
-            and self.room(v) > EPS
-        ]
-        if not full:
-            return False
-        v = min(full, key=lambda v: (self.link(v) + self.views[v].cheapest.get(h, INF), v))
-        self.preempts -= 1
-        left = min(left, self.room(v))
-        oid = self.add_offer(h, v, left, None)
-        bid = self.arrival(h) + self.link(v)
-        self.send(v, Offer(h, left, oid, mine, bid=bid, preempt=1, state=self.state()))
-        return True
 
     def timer(self, token: str) -> None:
         """The calm wait before exchanges ended (settle() follows and tries them), or a stage mate
