@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from swarm.flow import cost
-from swarm.flow.ask_budget import SCAN_BUDGET, SWAP_TRIES, swap_budget
+from swarm.flow.ask_budget import SCAN_BUDGET, SWAP_TRIES, WIDE_SCAN, swap_budget
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.exchange import ANSWER_WAIT
@@ -563,12 +563,14 @@ def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_ho
 
 def test_the_ask_budget_bounds_the_scanning_work_not_the_asks_per_hop() -> None:
     """Each ask scans every next hop: a few next hops get SWAP_TRIES asks each, many get fewer,
-    and asks x next hops never pass SCAN_BUDGET, so messages per peer stay bounded at any size."""
+    and asks x next hops never pass SCAN_BUDGET (nor asks x next hops^2 WIDE_SCAN), so messages
+    per peer stay bounded at any size; 62 next hops (1,000 x 16) get 70 asks."""
     assert swap_budget(3) == 3 * SWAP_TRIES
     assert swap_budget(0) == swap_budget(1) == SWAP_TRIES
-    assert swap_budget(20) > swap_budget(62) > 0
+    assert swap_budget(20) > swap_budget(62) == 70
     for n in range(1, 200):
         assert swap_budget(n) * n <= SCAN_BUDGET
+        assert swap_budget(n) * n * n <= WIDE_SCAN
         assert swap_budget(n) <= SWAP_TRIES * n
 
 
