@@ -37,11 +37,11 @@ def swap_budget(next_hops: int) -> int:
 
 
 __all__ = [
-    "WIDE_SCAN",
     "SCAN_BUDGET",
     "SWAP_BATCH",
     "SWAP_REFUND",
     "SWAP_REFUND_MAX",
     "SWAP_TRIES",
+    "WIDE_SCAN",
     "swap_budget",
 ]

@@ -52,8 +52,9 @@ class PeerBids(PeerLabels):
             and (lab := self.upstream_label(u, h)) + 1 < label
         ]
 
-    def _evict(self, sender: str, h: str, rate: float, bid: float, label: int = 0) -> float:
-        """Preemption at a full peer: return in-flows whose path so far costs clearly more than `bid`.
+    def _evict(self, sender: str, h: str, rate: float, bid: float, label: int) -> float:
+        """Preemption at a full peer: return in-flows whose path so far costs clearly more than `bid`
+        (and, with limited links, first those whose sender can route elsewhere: `_swappable`).
 
         The displaced upstream gets its flow back and pushes it elsewhere or returns it, so the
         capacity of a full peer goes to the cheapest paths (an auction where the bid is the path cost

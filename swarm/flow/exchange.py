@@ -132,7 +132,7 @@ class Exchanger(SwapAsks):
         worst_d = self.fresh_worst(h) or 0.0
         sends_here = self.inflow[h].get(a, 0.0) > EPS  # a -> d carries flow already: its paths exist
         room_a = self.in_room(a)
-        best: tuple[float, str, SwapOption] | None = None
+        best: tuple[float, str, SwapOption, float] | None = None
         for option in options:
             b, worst_b = option.hop, option.worst
             if b == me or not self.mate_known(b):
@@ -160,12 +160,11 @@ class Exchanger(SwapAsks):
                     rise < -GAIN_S and delta <= -WORST_PATH_PRICE * rise
                 )
                 if pays and (best is None or delta + rise < best[0]):
-                    best = (delta + rise, c, option)
+                    best = (delta + rise, c, option, moved)
         if best is None:
             return self.start_hand_over(a, msg)
-        _, c, option = best
+        _, c, option, rate = best
         b = option.hop
-        rate = min(option.rate, msg.rate, self.movable(h, c), self.in_room(a))
         if rate <= EPS:
             return False
         self._held[(h, c)] = self._held.get((h, c), 0.0) + rate
