@@ -98,7 +98,10 @@ class HandOvers(Exchanger):
         self._pending[eid] = _Pending(a, msg, "", rate, b)
         inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
         label, gen = self.label(h), option.gen
-        self.send(b, HandOver(h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, sender_gen=gen))
+        sends_here = self.inflow[h].get(a, 0.0) > EPS
+        uses = tuple(sorted(v for v, r in self.out[h].items() if r > EPS))
+        ask = HandOver(h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, gen, sends_here, uses)
+        self.send(b, ask)
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
 
@@ -152,7 +155,7 @@ class HandOvers(Exchanger):
         open_ask = not self.ask_closed(d, a, msg.ask) and self.same_edge(a, msg.sender_gen)
         if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
-            z = self._hand_over_hop(h, a, d, msg) if rate > EPS else None
+            z = self._hand_over_hop(h, a, d, msg, rate) if rate > EPS else None
         if z is None:
             self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
             return
@@ -176,8 +179,12 @@ class HandOvers(Exchanger):
         self.gave(d, h, a, msg.ask, rate)
         self.send(d, ExchangeDone(msg.exchange_id, h, rate, self.state(), h))
 
-    def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver) -> str | None:
-        """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays)."""
+    def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
+        """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays).
+
+        Paths are counted only over edges that carry flow before and after (as exchanges count
+        them, `exchange._rise`): a -> d and d -> z may carry flow already, and a partial hand-over
+        leaves a -> us -> z in use."""
         cost, me = self.env.cost, self.id
         try:
             ab, ad = cost(a, me), cost(a, d)
@@ -196,10 +203,17 @@ class HandOvers(Exchanger):
             except Exception:  # noqa: BLE001 - z left the instance
                 continue
             onwards = 0.0 if sink else self.worst_of(h, z)
-            before = up_a + ab + bz + onwards
+            via_b = up_a + ab + bz + onwards
             via_d = up_a + ad + max(msg.onwards, dz + onwards)  # a's paths through d
-            into_z = max(msg.inbound, up_a + ad) + dz + onwards  # paths over the new edge d -> z
-            delta, rise = ad + dz - ab - bz, max(via_d, into_z) - before
+            into_z = max(msg.inbound, up_a + ad) + dz + onwards  # paths over the edge d -> z
+            before = max(
+                via_b,
+                up_a + ad + msg.onwards if msg.sends_here else 0.0,
+                msg.inbound + dz + onwards if z in msg.uses else 0.0,
+            )
+            moved = min(rate, r)
+            keeps = self.movable(h, a) > moved + EPS and r > moved + EPS  # a -> us -> z stays in use
+            delta, rise = ad + dz - ab - bz, max(via_d, into_z, via_b if keeps else 0.0) - before
             pays = (delta < -GAIN_S and rise <= EPS) or (rise < -GAIN_S and delta <= -WORST_PATH_PRICE * rise)
             if pays and (best is None or delta + rise < best[0]):
                 best = (delta + rise, z)

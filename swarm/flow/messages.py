@@ -184,6 +184,8 @@ class HandOver:
     onwards: float
     ask: int = -1  # the sender's offer id of the ask (see `Resync`)
     sender_gen: int = -1  # as `Exchange.sender_gen`
+    sends_here: bool = False  # the sender already sends to d: paths over sender -> d exist already
+    uses: tuple[str, ...] = ()  # d's next hops carrying the holder's flow: paths over d -> z exist
 
 
 @dataclass(frozen=True)

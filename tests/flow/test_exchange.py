@@ -520,14 +520,17 @@ def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> No
     assert violations(bus) == []
 
 
-def handing_over() -> tuple[MessageBus, dict[str, PeerAgent]]:
+def handing_over(dear_mate: bool = False) -> tuple[MessageBus, dict[str, PeerAgent]]:
     """a -> b -> z, where a -> b is far; b's stage mate d (c -> d -> z) has spare and is near a and
     z. The last stage (z) is full, so no move is admissible, and no trade pays (a -> d, c -> b costs
-    what a -> b, c -> d costs): an ask from a to d becomes a hand-over."""
+    what a -> b, c -> d costs): an ask from a to d becomes a hand-over. `dear_mate`: c's own path
+    h -> c -> d is dearer than a's path to b, and c -> b dearer still (no trade pays either)."""
     near, far = Link(0.001, 1e9), Link(0.2, 1e9)
     peers = [("a", 0, 1.0, 0.1), ("c", 0, 1.0, 0.1), ("b", 1, 1.0, 0.1)]
     peers += [("d", 1, 2.0, 0.1), ("z", 2, 2.0, 0.1)]
     links = {("a", "b"): far, ("a", "d"): near, ("c", "b"): far, ("c", "d"): near, ("b", "z"): near}
+    if dear_mate:
+        links.update({("h", "c"): far, ("c", "d"): far, ("c", "b"): Link(0.5, 1e9)})
     inst = explicit(3, peers, [("h", 2.0)], overrides={**links, ("d", "z"): near})
     bus = MessageBus(inst, seed=0)
     bus.run_until_quiescent()
@@ -559,6 +562,22 @@ def test_a_mate_with_spare_takes_a_dear_path_over_and_the_flow_keeps_its_next_ho
         assert from_wire(to_wire(Envelope("d", "b", 2, 1, body))).body == body
     done = HandOffDone(5, "h", 1.0, p["z"].state())
     assert from_wire(to_wire(Envelope("z", "b", 2, 1, done))).body == done
+
+
+def test_a_hand_over_counts_only_the_paths_it_makes_new() -> None:
+    """d's own dear path h -> c -> d -> z already runs over d -> z: a's flow joining that edge makes
+    no path dearer than before (judged as if d -> z were new, the hand-over was refused and the
+    dear a -> b stayed), so the hand-over is made: a's path gets cheaper, the worst one stays."""
+    bus, p = handing_over(dear_mate=True)
+    inst = bus.instance
+    before = bus.routes()
+    worst_before, mean_before = cost.max_path_cost(inst, before), cost.mean_path_cost(inst, before)
+    assert {"HandOver", "HandOff", "HandOffDone"} <= kinds_after_one_ask(bus, p["a"])
+    assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+    assert p["b"].carried() == pytest.approx(0.0, abs=1e-9)
+    assert violations(bus) == []
+    assert cost.max_path_cost(inst, bus.routes()) <= worst_before + 1e-9
+    assert cost.mean_path_cost(inst, bus.routes()) < mean_before - 0.05
 
 
 def test_the_ask_budget_bounds_the_scanning_work_not_the_asks_per_hop() -> None:
