@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swarm.flow.ask_budget import hand_over_budget
 from swarm.flow.exchange import ANSWER_WAIT, GAIN_S, WORST_PATH_PRICE, Exchanger, _Pending
 from swarm.flow.messages import ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
 from swarm.flow.news import EPS
@@ -49,12 +50,11 @@ class _HandOff:
     orphan: bool = False  # d left meanwhile: z's answer still settles a's flow, d hears it once
 
 
-# Hand-overs a peer (as d) may start, again after churn: each moves throughput, so b and d announce.
-# On three sweeps (`swarm bench flow-sweep --instances 30 --seed 0/1/2`): 4 gave a max path 1.023x
-# the min-cost flow's (mean; 55 of 90 within 5%), 16 gives 1.019x (56) and the mean path within 10%
-# on 76 (71), at 300 messages per peer (260); unbounded 1.016x (58), 78, 370, but it took 1,000 x 16
-# seed 2 from 50 s to 87 s (1,062 messages per peer instead of 765).
-HAND_OVERS = 16
+# Hand-overs a peer (as d) may start: `ask_budget.hand_over_budget`. Before hand-overs counted only
+# the paths they make new, on three sweeps (`swarm bench flow-sweep --instances 30 --seed 0/1/2`): 4
+# gave a max path 1.023x the min-cost flow's (mean; 55 of 90 within 5%), 16 gave 1.019x (56) and the
+# mean path within 10% on 76 (71), at 300 messages per peer (260); unbounded 1.016x (58), 78, 370,
+# but it took 1,000 x 16 seed 2 from 50 s to 87 s (1,062 messages per peer instead of 765).
 # Hand-overs at the last stage too (`_hand_over_to_sink`). On the whole-range sweep (4-16 x 3-30,
 # seed 0, two message timings) max path within 5% on 19 / 15 -> 19 / 16 of 30, mean path within 10%
 # on 23 / 25 -> 24 / 26, messages per peer 569 / 570 -> 574 / 570 (README: "sink hand-overs").
@@ -69,12 +69,12 @@ class HandOvers(Exchanger):
 
     def init_hand_overs(self) -> None:
         self.reserved = 0.0  # capacity held for hand-overs we (as d) are waiting on
-        self.hand_overs = HAND_OVERS  # hand-overs we (as d) may still start
+        self.hand_overs = -1  # hand-overs we (as d) may still start (set at the first ask)
         self._handing: dict[int, _HandOff] = {}  # hand-offs we (as b) wait on z for
 
     def reset_exchanges(self) -> None:
         super().reset_exchanges()
-        self.hand_overs = HAND_OVERS
+        self.hand_overs = -1
 
     # ------------------------------------------------------------------ d
     def start_hand_over(self, a: str, msg: Offer) -> bool:
@@ -82,6 +82,8 @@ class HandOvers(Exchanger):
         (the hop a ranked first for us) to hand a's flow over. False: reject the ask."""
         h = msg.holder
         spare = self.spare()
+        if self.hand_overs < 0:
+            self.hand_overs = hand_over_budget(len(self.next))
         if self.link_limits or spare <= EPS or not msg.swap_options or self.hand_overs <= 0:
             return False
         if self.last and not LAST_STAGE_HAND_OVERS:

@@ -14,7 +14,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from swarm.flow import cost
-from swarm.flow.ask_budget import SCAN_BUDGET, SWAP_TRIES, WIDE_SCAN, swap_budget
+from swarm.flow.ask_budget import (
+    HAND_OVERS,
+    SCAN_BUDGET,
+    SWAP_TRIES,
+    WIDE_HAND_OVERS,
+    WIDE_SCAN,
+    hand_over_budget,
+    swap_budget,
+)
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.exchange import ANSWER_WAIT
@@ -591,6 +599,13 @@ def test_the_ask_budget_bounds_the_scanning_work_not_the_asks_per_hop() -> None:
         assert swap_budget(n) * n <= SCAN_BUDGET
         assert swap_budget(n) * n * n <= WIDE_SCAN
         assert swap_budget(n) <= SWAP_TRIES * n
+
+
+def test_wide_peers_start_fewer_hand_overs() -> None:
+    """Hand-overs are bounded per peer; peers with many next hops (1,000 x 16) keep the smaller
+    budget, so messages per peer stay bounded at any size."""
+    assert hand_over_budget(0) == hand_over_budget(30) == HAND_OVERS
+    assert hand_over_budget(62) == hand_over_budget(500) == WIDE_HAND_OVERS < HAND_OVERS
 
 
 @pytest.mark.parametrize(("peers", "stages", "holders", "seed"), [(12, 3, 2, 2), (30, 3, 3, 3)])
