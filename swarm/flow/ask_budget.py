@@ -33,9 +33,9 @@ SWAP_REFUND_MAX = 40  # ... at most this many in all
 # Hand-overs a peer (as d) may start, again after churn (swarm/flow/handover.py): each moves
 # throughput, so b and d announce. Since hand-overs count only the paths they make new, more of them
 # pay: on the whole range seeds 0 / 1 / 2, 16 -> 32 took max path within 5% from 23 / 25 / 21 to
-# 25 / 25 / 22 of 30 (seeds 0 / 2 under a second timing: 20 / 23 -> 23 / 23; mean max / opt 1.007 /
-# 0.998 / 1.018 -> 1.002 / 0.995 / 1.009) for 6-13% more messages. Wide peers keep 16 (1,000 x 16,
-# 62 next hops: 32 cost 10% more messages for no better path).
+# 25 / 25 / 22 of 30 (mean max / opt 1.007 / 0.998 / 1.018 -> 1.003 / 0.996 / 1.011; seeds 0 / 2
+# under a second timing, with a flat 32: 20 / 23 -> 23 / 23) for 6-13% more messages. Wide peers keep
+# 16 (1,000 x 16, 62 next hops: a flat 32 cost 10% more messages for no better path).
 HAND_OVERS = 32  # hand-overs per peer with up to WIDE_HAND_OVER_HOPS next hops ...
 WIDE_HAND_OVER_HOPS = 31
 WIDE_HAND_OVERS = 16  # ... and with more
