@@ -112,6 +112,8 @@ class Exchanger(SwapAsks):
         h = msg.holder
         if msg.swap_from is None:
             return False
+        if msg.corridor_olds:  # a corridor step: a hand-over with a planned next hop, no trade
+            return self.start_hand_over(a, msg)
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
             return IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)

@@ -84,7 +84,9 @@ class HandOvers(Exchanger):
         spare = self.spare()
         if self.hand_overs < 0:
             self.hand_overs = hand_over_budget(len(self.next))
-        if self.link_limits or spare <= EPS or not msg.swap_options or self.hand_overs <= 0:
+        planned = msg.corridor_olds[0] if msg.corridor_olds else None  # a corridor step's next hop
+        budget = self.hand_overs > 0 or planned is not None  # (the origin's probes bound those)
+        if self.link_limits or spare <= EPS or not msg.swap_options or not budget:
             return False
         if self.last and not LAST_STAGE_HAND_OVERS:
             return False
@@ -95,14 +97,16 @@ class HandOvers(Exchanger):
             return False  # (a's word on its hops can be stale: b may have left meanwhile)
         up_a = (msg.bid - self.env.cost(a, self.id)) if msg.bid is not None else 0.0
         self.reserved += rate
-        self.hand_overs -= 1
+        self.hand_overs -= planned is None
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, "", rate, b)
         inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
         label, gen = self.label(h), option.gen
         sends_here = self.inflow[h].get(a, 0.0) > EPS
         uses = tuple(sorted(v for v, r in self.out[h].items() if r > EPS))
-        ask = HandOver(h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, gen, sends_here, uses)
+        ask = HandOver(
+            h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, gen, sends_here, uses, planned
+        )
         self.send(b, ask)
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
@@ -136,6 +140,8 @@ class HandOvers(Exchanger):
             self.inflow[h][p.initiator] = self.inflow[h].get(p.initiator, 0.0) + moved
             if p.offer.bid is not None:
                 self.bids[h][p.initiator] = p.offer.bid
+        if moved > EPS and to_hop and same_edge and p.offer.corridor and p.offer.corridor_olds[0] == onward:
+            self.next_corridor_step(h, p.offer, moved)
         if not self.initiator_here(p):
             return  # a left: the flow we now send on has no sender, cancel_deficit withdraws it
         self.relabel()
@@ -157,7 +163,8 @@ class HandOvers(Exchanger):
         open_ask = not self.ask_closed(d, a, msg.ask) and self.same_edge(a, msg.sender_gen)
         if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
-            z = self._hand_over_hop(h, a, d, msg, rate) if rate > EPS else None
+            judge = self._hand_over_hop if msg.onward is None else self._planned_hop
+            z = judge(h, a, d, msg, rate) if rate > EPS else None
         if z is None:
             self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
             return
@@ -180,6 +187,21 @@ class HandOvers(Exchanger):
         self._worst_cache.clear()
         self.gave(d, h, a, msg.ask, rate)
         self.send(d, ExchangeDone(msg.exchange_id, h, rate, self.state(), h))
+
+    def _planned_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
+        """A corridor step (swarm/flow/corridor.py): its planned next hop z, if we still send
+        there and d may replace us as z's sender (z's label must not drop)."""
+        z = msg.onward
+        if z is None or self.out[h].get(z, 0.0) <= EPS:
+            return None
+        if self.last:
+            return z if z == h else None
+        if z in self.holders or z not in self.next or msg.label + 1 < self.view_label(z, h):
+            return None
+        return z
+
+    def next_corridor_step(self, h: str, offer: Offer, moved: float) -> None:
+        """A corridor step we took over is done: ask the plan's next taker (swarm/flow/corridor.py)."""
 
     def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
         """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays).

@@ -80,6 +80,11 @@ class Offer:
     swap_worst: float | None = None
     swap_options: tuple[SwapOption, ...] = ()
     swap_gen: int = -1  # our edge generation with `swap_from` (as `SwapOption.gen`)
+    # A corridor step (swarm/flow/corridor.py): the receiver takes our flow on `swap_from` over as
+    # a hand-over with the planned next hop `corridor_olds[0]`, then asks `corridor[0]` to take it
+    # over from there, and so on down the plan.
+    corridor: tuple[str, ...] = ()
+    corridor_olds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,7 @@ class HandOver:
     sender_gen: int = -1  # as `Exchange.sender_gen`
     sends_here: bool = False  # the sender already sends to d: paths over sender -> d exist already
     uses: tuple[str, ...] = ()  # d's next hops carrying the holder's flow: paths over d -> z exist
+    onward: str | None = None  # a corridor step: the next hop z is planned, b judges nothing
 
 
 @dataclass(frozen=True)
@@ -307,6 +313,52 @@ class Paths:
 
 
 @dataclass(frozen=True)
+class Lane:
+    """A partial corridor of a `Corridor` probe: stage peers with spare capacity, one per stage
+    from the origin's next stage on, and the cost of the edges from the origin through them."""
+
+    nodes: tuple[str, ...]
+    cost: float
+    worst: float = 0.0  # the dearest route it makes through a lane peer's own next hops
+    room: float = INF  # the least spare capacity along it
+
+
+@dataclass(frozen=True)
+class Corridor:
+    """A probe down the origin's most expensive route (swarm/flow/corridor.py): the old nodes
+    `olds` so far (the addressee is the last), the cost of their edges from the origin
+    (`old_cost`), `rate` (the least flow along them), the cheapest `lanes` of spare peers that end
+    at the addressee's stage mates, and the best plan found so far (`plan`: its lane's nodes, it
+    closes into `olds[len(plan)]`; `gain`: seconds it saves; `plan_rate`: the flow it moves).
+    Best effort, it moves no flow."""
+
+    holder: str
+    origin: str
+    rate: float
+    olds: tuple[str, ...]
+    old_cost: float  # with the origin's worst route so far
+    lanes: tuple[Lane, ...]
+    plan: tuple[str, ...] = ()
+    gain: float = 0.0
+    plan_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class CorridorPlan:
+    """The probe's answer, passed back up the old nodes to the origin: move `rate` of the
+    holder's flow from `olds[:len(takers)]` to `takers`, closing into `olds[len(takers)]`.
+    `back`: the old nodes it still passes on its way back (the addressee last)."""
+
+    holder: str
+    origin: str
+    rate: float
+    takers: tuple[str, ...]
+    olds: tuple[str, ...]
+    gain: float
+    back: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class EdgesDropped:
     """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
     you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
@@ -352,6 +404,8 @@ Body = (
     | TradeCheck
     | Announce
     | Paths
+    | Corridor
+    | CorridorPlan
     | EdgesDropped
     | Ack
 )

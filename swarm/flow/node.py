@@ -18,6 +18,8 @@ from swarm.flow.messages import (
     Body,
     Cancel,
     CancelDone,
+    Corridor,
+    CorridorPlan,
     EdgesDropped,
     Envelope,
     HandOff,
@@ -215,6 +217,9 @@ class Node(Views):
             self.paths[envelope.src] = body
             self.on_paths()
             return
+        if isinstance(body, (Corridor, CorridorPlan)):  # advisory too: a plan starts no push
+            self.on_corridor(envelope.src, body)
+            return
         # a trade's word from before one of us wrote the other off: our edge with src was dropped
         stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
         self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
@@ -249,6 +254,9 @@ class Node(Views):
         """Whether our edge with `node` is still of generation `gen` (-1: not said), i.e. neither of
         us wrote the other off since (see `_same_generation`)."""
         return gen in (-1, self._gen.get(node, 0))
+
+    def on_corridor(self, src: str, body: Corridor | CorridorPlan) -> None:
+        """A corridor probe or plan (swarm/flow/corridor.py); only stage peers take part."""
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

@@ -81,6 +81,7 @@ class PeerAgent(PeerBids):
         self._returned = False  # settle() handed flow back upstream
         self.init_exchanges()
         self.init_hand_overs()
+        self.init_corridors()
         self.init_resyncs()
         self.init_trade_notes()
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from swarm.flow.corridor import Corridors
 from swarm.flow.exchange import ANSWER_WAIT
-from swarm.flow.handover import HandOvers
 from swarm.flow.messages import AskMoved, Body, Moved, Reply, Resync, Resynced
 from swarm.flow.news import EPS
 
@@ -39,7 +39,7 @@ class _Ask:
     resynced: bool = False  # settled by a hop's `Resynced`: a late answer of the mate moves no more
 
 
-class Resyncs(HandOvers):
+class Resyncs(Corridors):
     """Asks remembered (as a) and moves remembered (as b), to settle asks whose mate left."""
 
     def init_resyncs(self) -> None:

@@ -660,6 +660,7 @@ def test_an_idle_mate_above_the_sender_takes_a_dear_path_over(
     to spread but its own, so it takes a's dear flow over (`IDLE_HAND_OVERS`); the worst path gets
     cheaper and the flow stays the maximum. Off, the ask is refused and a -> b stays."""
     monkeypatch.setattr("swarm.flow.exchange.IDLE_HAND_OVERS", idle_hand_overs)
+    monkeypatch.setattr("swarm.flow.corridor.CORRIDORS", False)  # (a one-stage corridor moves it too)
     bus, p = idle_mate()
     assert p["d"].label("h") > p["a"].label("h") + 1
     inst = bus.instance
