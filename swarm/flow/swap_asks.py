@@ -59,13 +59,17 @@ class SwapAsks(PathNews):
             self.swap_budget = swap_budget(len(self.next))
         if not self.improve or self.swap_budget <= 0:
             return False
+        return self.calm() and self.try_swap()
+
+    def calm(self) -> bool:
+        """Whether we have been left alone for CALM_WAIT retry periods; if not, wake up then."""
         wait = self._calm_since + CALM_WAIT * self.env.retry_s - self.now
         if wait > EPS:
             if not self._polish_armed:
                 self._polish_armed = True
                 self.env.set_timer(self.id, wait, "polish")
             return False
-        return self.try_swap()
+        return True
 
     def try_swap(self) -> bool:
         """Ask next hops d, closer than a current next hop b, to trade an in-flow for ours.
