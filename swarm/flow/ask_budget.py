@@ -46,8 +46,8 @@ def hand_over_budget(next_hops: int) -> int:
     return HAND_OVERS if next_hops <= WIDE_HAND_OVER_HOPS else WIDE_HAND_OVERS
 
 
-# Corridor probes a peer may start (swarm/flow/corridor.py), again after churn; each plan carried out
-# gives one back, at most CORRIDOR_REFUNDS in all. Wide peers start none: at 1,000 x 16 (62 next
+# Corridor probes a peer may start (swarm/flow/corridor.py; churn near it ends them); each plan carried
+# out gives one back, at most CORRIDOR_REFUNDS in all. Wide peers start none: at 1,000 x 16 (62 next
 # hops, seed 2) corridors took the run from 692,060 messages in 527 rounds (44.1 s) to 934,486 in
 # 1,608 rounds (62.5 s, max / opt 1.259 -> 1.294): plans run as chains of hand-overs one stage after
 # another, and each origin waits for calm again after one.

@@ -75,16 +75,11 @@ class Corridors(HandOvers):
 
     def try_corridor(self) -> bool:
         """Probe our most expensive route onwards (over every holder) for a corridor."""
-        best: tuple[float, str, str, float] | None = None
-        for h in self.holders:
-            for v, r in self.out[h].items():
-                if r > EPS and v not in self.holders:
-                    dear = self.link(v) + self.worst_of(h, v)
-                    if best is None or dear > best[0]:
-                        best = (dear, h, v, r)
-        if best is None:
+        hops = [(hop, h) for h in self.holders if (hop := self._dearest_hop(h)) is not None]
+        if not hops:
             return False
-        _, h, b, rate = best
+        (_, b), h = max(hops, key=lambda found: found[0][0])  # (ties: the first, as a scan finds it)
+        rate = self.out[h][b]
         arrival = self.fresh_arrival(h)
         lanes = self._extend(h, (Lane((), arrival),), b, rate)
         if not lanes:
@@ -92,6 +87,15 @@ class Corridors(HandOvers):
         self.corridor_budget -= 1
         self.send(b, Corridor(h, self.id, rate, (b,), arrival + self.link(b), lanes), reliable=False)
         return True
+
+    def _dearest_hop(self, h: str) -> tuple[float, str] | None:
+        """(cost, hop) of our most expensive route onwards for holder h (the sink at the last stage)."""
+        used = [
+            (self.link(v) + (0.0 if v == h else self.worst_of(h, v)), v)
+            for v, r in self.out[h].items()
+            if r > EPS and (v not in self.holders or (self.last and v == h))
+        ]
+        return max(used, key=lambda u: u[0]) if used else None
 
     def _extend(self, h: str, lanes: tuple[Lane, ...], old: str, rate: float) -> tuple[Lane, ...]:
         """The LANES cheapest lanes one stage on: through our next hops with spare for `rate`
@@ -127,14 +131,10 @@ class Corridors(HandOvers):
         rate = min(msg.rate, self.inflow[h].get(src, 0.0))
         if rate <= EPS:
             return  # (stale: src no longer sends us that flow)
-        z, dear = None, -1.0
-        for v, r in self.out[h].items():
-            if r > EPS and (v not in self.holders or (self.last and v == h)):
-                c = self.link(v) + (0.0 if v == h else self.worst_of(h, v))
-                if c > dear:
-                    z, dear = v, c
-        if z is None:
+        dearest = self._dearest_hop(h)
+        if dearest is None:
             return
+        z = dearest[1]
         rate = min(rate, self.out[h][z])
         old, onwards = msg.old_cost + self.link(z), (0.0 if z == h else self.worst_of(h, z))
         plan, gain, plan_rate = msg.plan, msg.gain, msg.plan_rate
