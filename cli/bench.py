@@ -128,3 +128,31 @@ def _against_reference(out: dict) -> None:
     ref = reference_seconds()
     out["reference_seconds"] = round(ref, 3)
     out["seconds_over_reference"] = round(out["seconds"] / ref, 1)
+
+
+@bench_app.command("flow-events")
+@user_errors(InstanceError, ValueError)
+def flow_events(
+    shapes: str = typer.Option(
+        "4x8,8x8,16x8", "--shapes", help="STAGESxPEERS_PER_STAGE, comma-separated, smallest first."
+    ),
+    events: int = typer.Option(20, "--events", help="Single crashes and joins, in turn, per shape."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the instances, the events and the delays."),
+    holders: int = typer.Option(1, "--holders", help="Data holders."),
+    link_capacity: bool = typer.Option(
+        False, "--link-capacity", help="Links carry at most bandwidth / activation bytes microbatches/s."
+    ),
+) -> None:
+    """What one crash or join costs the converged protocol, per shape (JSON figures)."""
+    from swarm.flow.event_cost import event_costs, parse_shapes
+
+    parsed = parse_shapes(shapes)
+    if events < 1 or holders < 1:
+        raise UserError("--events and --holders must be >= 1")
+    if any(s < 2 or n < 2 for s, n in parsed):
+        raise UserError(f"every shape needs >= 2 stages and >= 2 peers per stage, got {shapes!r}")
+    start = time.perf_counter()
+    out = event_costs(parsed, events, seed, holders, link_capacity)
+    out["seconds"] = round(time.perf_counter() - start, 3)
+    _against_reference(out)
+    typer.echo(json.dumps(out, sort_keys=True))

@@ -1,11 +1,39 @@
-"""Churn scenarios for the bus: remove a fraction of peers, add as many newcomers."""
+"""Churn scenarios for the bus: remove peers, add newcomers."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Collection, Mapping
 
 from swarm.flow.bus import MessageBus
 from swarm.flow.generate import random_peer
+
+
+def remove_random_peer(bus: MessageBus, rng: random.Random) -> str | None:
+    """Remove one random peer that is not the last of its stage; None if every stage has one."""
+    inst = bus.instance
+    sizes = {s: len(inst.peers_of(s)) for s in range(inst.stages)}
+    choices = sorted(p.id for p in inst.peers if sizes[p.stage] > 1)
+    if not choices:
+        return None
+    pid = rng.choice(choices)
+    bus.remove_peer(pid)
+    return pid
+
+
+def add_random_peer(
+    bus: MessageBus, rng: random.Random, name: str, mates: Mapping[int, Collection[str]] | None = None
+) -> str:
+    """Add a random newcomer (`random_peer`); with links given per pair it stands where a random
+    stage mate stands (one of `mates[stage]` if given, else of the stage's current peers)."""
+    spec = random_peer(bus.instance, rng, name)
+    links = None
+    if not bus.instance.geo:
+        pool = mates[spec.stage] if mates is not None else {p.id for p in bus.instance.peers_of(spec.stage)}
+        mate = rng.choice(sorted(pool))
+        links = bus.instance.links_like(mate, spec.id)
+    bus.add_peer(spec, links)
+    return spec.id
 
 
 def churn(bus: MessageBus, fraction: float, seed: int = 0) -> tuple[list[str], list[str]]:
@@ -28,13 +56,6 @@ def churn(bus: MessageBus, fraction: float, seed: int = 0) -> tuple[list[str], l
             alive[spec.stage].remove(pid)  # type: ignore[union-attr]
             bus.remove_peer(pid)
             removed.append(pid)
-    added = []
-    for i in range(len(removed)):
-        spec = random_peer(bus.instance, rng, f"new{seed}_{i}")
-        links = None
-        if not bus.instance.geo:  # links given per pair: the newcomer stands where a stage mate stands
-            mate = rng.choice(sorted(alive[spec.stage]))
-            links = bus.instance.links_like(mate, spec.id)
-        bus.add_peer(spec, links)
-        added.append(spec.id)
+    # newcomers stand where a surviving peer stands (not where an earlier newcomer does)
+    added = [add_random_peer(bus, rng, f"new{seed}_{i}", alive) for i in range(len(removed))]
     return removed, added

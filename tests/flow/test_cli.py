@@ -170,3 +170,30 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     for bad in bad_args:
         res = runner.invoke(app, ["bench", "flow-sweep", *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output
+
+
+def test_flow_events_prints_per_event_costs_per_shape_and_refuses_bad_shapes() -> None:
+    """Single crashes and joins on converged swarms: every event ends at the exact maximum with
+    consistent edges, and the figures name the shape, the neighbourhood and the growth."""
+    res = runner.invoke(app, ["bench", "flow-events", "--shapes", "3x4,6x4", "--events", "4"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    small, deep = out["rows"]
+    assert (small["stages"], deep["stages"]) == (3, 6) and small["events"] == 4
+    for row in (small, deep):
+        assert row["exact_after_event"] == 4 and row["valid_after_event"] == 4
+        assert 0 < row["event_messages_median"] <= row["event_messages_max"]
+        assert row["neighbours_per_peer"] > 0 and row["setup_messages_per_peer"] > 0
+    assert out["swarm_growth"] == pytest.approx(deep["peers"] / small["peers"], abs=0.01)
+    assert out["event_messages_per_peer_growth"] > 0 and out["seconds_over_reference"] >= 0
+    res = runner.invoke(
+        app, ["bench", "flow-events", "--shapes", "3x4", "--events", "2", "--holders", "2", "--link-capacity"]
+    )
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.output)["rows"][0]
+    assert row["holders"] == 2 and row["link_capacity"] and row["valid_after_event"] == 2
+    bad_args = (["--shapes", "8by8"], ["--shapes", "1x8"], ["--shapes", "4x1"], ["--events", "0"])
+    bad_args += (["--holders", "0"],)
+    for bad in bad_args:
+        res = runner.invoke(app, ["bench", "flow-events", *bad])
+        assert res.exit_code != 0 and "error: " in res.output and "Traceback" not in res.output
