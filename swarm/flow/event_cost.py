@@ -33,6 +33,13 @@ def _degree(bus: MessageBus) -> float:
     return statistics.mean(len(a.prev | a.next) for a in bus.agents.values() if a.id in peer_ids)
 
 
+def _check(stages: int, per_stage: int, events: int, holders: int) -> None:
+    if stages < 2 or per_stage < 2:
+        raise ValueError(f"every shape needs >= 2 stages and >= 2 peers per stage, got {stages}x{per_stage}")
+    if events < 1 or holders < 1:
+        raise ValueError("--events and --holders must be >= 1")
+
+
 def event_cost(
     stages: int,
     per_stage: int,
@@ -44,8 +51,7 @@ def event_cost(
 ) -> dict[str, Any]:
     """Converge a random geo instance of about `stages` x `per_stage` peers, then apply `events`
     single events (crash, join, crash, ...), each followed by re-convergence; per-event figures."""
-    if stages < 2 or per_stage < 2 or events < 1 or holders < 1:
-        raise ValueError("event cost needs >= 2 stages, >= 2 peers per stage, >= 1 event and >= 1 holder")
+    _check(stages, per_stage, events, holders)
     inst = random_instance(stages * per_stage, stages, holders, seed, activation_bytes)
     inst = dataclasses.replace(inst, link_capacity=link_capacity)
     bus = MessageBus(inst, seed=seed)
@@ -96,6 +102,8 @@ def event_costs(
     peer grew from the first shape to the last against how the swarm and the neighbourhood grew."""
     if not shapes:
         raise ValueError("give at least one shape")
+    for s, n in shapes:  # every shape before the first run, not after it
+        _check(s, n, events, holders)
     rows = [event_cost(s, n, events, seed, holders, link_capacity) for s, n in shapes]
     first, last = rows[0], rows[-1]
     return {
