@@ -100,6 +100,11 @@ def flow_sweep(
     timings: int = typer.Option(
         1, "--timings", help="Run every instance under this many message timings (figures count runs)."
     ),
+    polish: bool = typer.Option(
+        False,
+        "--polish-bound",
+        help="Also report the max path after greedy exact-information exchanges from each run's routes.",
+    ),
 ) -> None:
     """The routing protocol against the exact optimum over many random instances (JSON figures)."""
     if max_stages < 4 or max_per_stage < 3 or max_holders < 1 or timings < 1:
@@ -116,6 +121,7 @@ def flow_sweep(
         link_capacity,
         activation_mb * 2**20,
         timings,
+        polish,
     )
     out["seconds"] = round(time.perf_counter() - start, 3)
     _against_reference(out)

@@ -11,6 +11,7 @@ from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
+from swarm.flow.exchange import WORST_PATH_PRICE
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import (
     Exchange,
@@ -26,6 +27,7 @@ from swarm.flow.messages import (
     Traded,
 )
 from swarm.flow.peer import PeerAgent
+from swarm.flow.polish_bound import polish_bound
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 
 
@@ -124,6 +126,7 @@ def sweep(
     link_capacity: bool = False,
     activation_bytes: float = 4 * 2**20,
     timings: int = 1,
+    polish: bool = False,
 ) -> dict:
     """The protocol against the exact optimum on `count` seeded random geo instances: how often it
     routes the exact maximum flow, the distribution of max and mean path cost over the optimum's,
@@ -133,6 +136,9 @@ def sweep(
     change helps and where it hurts. Even a sweep moves by several instances when only the timing
     changes, so `timings` > 1 runs every instance under that many message timings (bus seeds s,
     s + 1000, ...), and the figures count runs (`runs` = count x timings).
+
+    `polish` adds `polish_bound`: the max path / optimum after greedy exact-information exchanges
+    from each run's routes (swarm/flow/polish_bound.py), with the protocol's price and without it.
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -140,6 +146,8 @@ def sweep(
         raise ValueError(f"a sweep needs at least one message timing per instance, got {timings}")
     rng = random.Random(seed)
     worst, mean, rounds, per_peer, flows = [], [], [], [], []
+    priced: list[float] = []
+    unpriced: list[float] = []
     for i in range(count):
         s, pps, hs = rng.randint(*stages), rng.randint(*per_stage), rng.randint(*holders)
         inst = random_instance(s * pps, s, hs, seed * 100_003 + i, activation_bytes)
@@ -155,6 +163,10 @@ def sweep(
             mean.append(cost.mean_path_cost(inst, routes) / opt_mean)
             rounds.append(stats.rounds)
             per_peer.append(stats.messages / len(bus.agents))
+            if polish:
+                for price, into in ((WORST_PATH_PRICE, priced), (None, unpriced)):
+                    polished, _ = polish_bound(inst, routes, price)
+                    into.append(cost.max_path_cost(inst, polished) / opt_max)
 
     def spread(values: list[float], within: float) -> dict:
         return {
@@ -164,7 +176,7 @@ def sweep(
             f"within_{round((within - 1) * 100)}pct": sum(v <= within + 1e-9 for v in values),
         }
 
-    return {
+    out = {
         "instances": count,
         "timings": timings,
         "runs": count * timings,
@@ -175,3 +187,9 @@ def sweep(
         "rounds_mean": round(statistics.mean(rounds), 1),
         "messages_per_peer_mean": round(statistics.mean(per_peer), 1),
     }
+    if polish:
+        out["polish_bound"] = {
+            "max_path_over_optimal_priced": spread(priced, 1.05),
+            "max_path_over_optimal_unpriced": spread(unpriced, 1.05),
+        }
+    return out

@@ -157,6 +157,25 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     assert out["mean_path_over_optimal"]["worst"] >= 1.0 - 1e-6 and out["rounds_mean"] > 0
     assert out["exact_max_flow"] == 3 and out["flow_over_optimal_worst"] == pytest.approx(1.0)
     assert out["reference_seconds"] > 0 and out["seconds_over_reference"] >= 0
+    assert "polish_bound" not in out
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "flow-sweep",
+            "--instances",
+            "2",
+            "--max-stages",
+            "5",
+            "--max-per-stage",
+            "4",
+            "--polish-bound",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    bound = json.loads(res.output)["polish_bound"]
+    for key in ("max_path_over_optimal_priced", "max_path_over_optimal_unpriced"):
+        assert 0 < bound[key]["worst"] and 0 <= bound[key]["within_5pct"] <= 2
     limited = ["--instances", "2", "--max-stages", "4", "--max-per-stage", "4", "--max-holders", "2"]
     res = runner.invoke(app, ["bench", "flow-sweep", *limited, "--link-capacity", "--activation-mb", "10"])
     assert res.exit_code == 0, res.output
