@@ -159,7 +159,7 @@ class Exchanger(SwapAsks):
                 # them gets no dearer, or when that path gets cheaper by more than the edges get
                 # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
                 pays = (delta < -GAIN_S and rise <= EPS) or (
-                    rise < -GAIN_S and delta <= -WORST_PATH_PRICE * rise
+                    rise < -GAIN_S and (msg.critical or delta <= -WORST_PATH_PRICE * rise)
                 )
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)

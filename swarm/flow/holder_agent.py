@@ -12,6 +12,7 @@ from __future__ import annotations
 from swarm.flow.agent import EPS, Env, Sender
 from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
 from swarm.flow.node import Node
+from swarm.flow.walks import HolderWalks
 
 # A relabel epoch (see `HolderAgent.timer`) starts when, for STALL_WAIT retry periods, nothing more
 # came home and more than STUCK_SHARE of what we send is stuck in the swarm. An epoch costs a wave of
@@ -26,7 +27,7 @@ EPOCHS_WITH_SHARED_LINKS = False
 STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
 
 
-class HolderAgent(Sender):
+class HolderAgent(HolderWalks):
     """Source and sink of one commodity (this holder's microbatches)."""
 
     trades = False  # improvement moves go to stage-0 peers with spare only (see `Sender.trades`)
@@ -49,6 +50,7 @@ class HolderAgent(Sender):
         self._stall_armed = False
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
+        self.init_walks()
 
     def supply(self, h: str) -> float:
         return self.demand
@@ -93,6 +95,9 @@ class HolderAgent(Sender):
         with labels counting up through residual cycles (also while it drains back, one label step
         per exchange of news). A new relabel epoch replaces that count with a fresh descent
         (`Node.observe`)."""
+        if token == "walk":
+            self.on_walk_timer()
+            return
         if token != "stall":
             return
         self._stall_armed = False
@@ -130,8 +135,10 @@ class HolderAgent(Sender):
         lost = self.out[h].get(node, 0.0) > EPS
         self.write_off(node, {h: self.sink_in.get(node, 0.0)}, {h: self.out[h].get(node, 0.0)})
         self.sink_in.pop(node, None)
+        self.paths.pop(node, None)  # (its path news, for walks)
         self.forget_target(node)
         self.budget = self.preempts = 2 if lost else 0
+        self.renew_walks()
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off (see `Node._same_generation`): drop our side of our edges with it."""
@@ -141,9 +148,11 @@ class HolderAgent(Sender):
 
     def on_joined(self) -> None:
         self.budget = self.preempts = 0
+        self.renew_walks()
 
     def set_demand(self, demand: float) -> None:
         self.demand = demand
+        self.renew_walks()
         self.settle()
 
     def settle(self) -> None:
@@ -161,6 +170,7 @@ class HolderAgent(Sender):
         if not self.offers and not self.cancels:
             self.try_improve()
         self._watch_stall()
+        self.arm_walk()
         self.announce()
 
     def _preempt(self, left: float) -> None:

@@ -85,6 +85,10 @@ class Offer:
     # over from there, and so on down the plan.
     corridor: tuple[str, ...] = ()
     corridor_olds: tuple[str, ...] = ()
+    # A worst-path ask (swarm/flow/walks.py): our edge to `swap_from` is on the holder's most
+    # expensive used path, so a trade pays when that path through the four edges gets cheaper,
+    # whatever the edges cost (GWTF's objective first).
+    critical: bool = False
 
 
 @dataclass(frozen=True)
@@ -359,6 +363,15 @@ class CorridorPlan:
 
 
 @dataclass(frozen=True)
+class Walk:
+    """The holder's worst-path walk (swarm/flow/walks.py): the addressee lies on the most expensive
+    used path of `holder`'s flow, whose edges up to it cost `arrival`. Best effort, it moves no flow."""
+
+    holder: str
+    arrival: float
+
+
+@dataclass(frozen=True)
 class EdgesDropped:
     """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
     you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
@@ -406,6 +419,7 @@ Body = (
     | Paths
     | Corridor
     | CorridorPlan
+    | Walk
     | EdgesDropped
     | Ack
 )

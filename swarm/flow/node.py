@@ -34,6 +34,7 @@ from swarm.flow.messages import (
     Return,
     State,
     Traded,
+    Walk,
 )
 from swarm.flow.news import EPS, summary_of
 from swarm.flow.views import Views
@@ -220,6 +221,9 @@ class Node(Views):
         if isinstance(body, (Corridor, CorridorPlan)):  # advisory too: a plan starts no push
             self.on_corridor(envelope.src, body)
             return
+        if isinstance(body, Walk):  # advisory: worst-path asks start from it, no push
+            self.on_walk(body)
+            return
         # a trade's word from before one of us wrote the other off: our edge with src was dropped
         stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
         self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
@@ -257,6 +261,9 @@ class Node(Views):
 
     def on_corridor(self, src: str, body: Corridor | CorridorPlan) -> None:
         """A corridor probe or plan (swarm/flow/corridor.py); only stage peers take part."""
+
+    def on_walk(self, body: Walk) -> None:
+        """The holder's worst-path walk (swarm/flow/walks.py); only stage peers take part."""
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

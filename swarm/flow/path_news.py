@@ -54,7 +54,7 @@ class PathNews(Sender):
         body = Paths(arrival, worst)
         if body == self._paths_sent:  # what we sent last: neighbours that heard it learn nothing
             body = self._paths_sent
-        senders = {u for u in self.senders() if u not in self.holders}
+        senders = self.senders()  # (a holder reads its stage-0 peers' worst routes: walks.py)
         downstream = {v for v in self.downstream() if v not in self.holders}
         judged: dict[tuple[int, bool, bool], bool] = {}  # neighbours told at once share a body
         for node in sorted(senders | downstream):

@@ -117,21 +117,38 @@ class SwapAsks(PathNews):
             # one ask offers d several of our hops to trade with (those worth it, best first)
             hops = [x for _, x in self._trades_with(h, d)[:WIDE_ASKS]]
             tried.update((h, x, d) for x in hops)
-            room = self.room(d)
-            rates = [(x, min(self.out[h][x], room)) for x in hops]
-            wide = tuple(SwapOption(x, r, onwards(h, x), self._gen.get(x, 0)) for x, r in rates if r > EPS)
-            if not wide:
-                continue
-            rate = max(o.rate for o in wide)
-            oid = self.add_offer(h, d, rate, b)
-            self._old_gen[oid] = {o.hop: self._gen.get(o.hop, 0) for o in wide}
-            self.asked(oid, d, h, tuple(o.hop for o in wide))
-            bid = self.fresh_arrival(h) + self.link(d)
-            state, label, worst_b = self.state(), self.label(h), onwards(h, b)
-            ask = Offer(h, rate, oid, label, b, bid=bid, state=state, swap_worst=worst_b, swap_options=wide)
-            self.send(d, ask)
+            self.ask_trade(h, d, b, hops)
         self.swap_budget -= len(asked)
         return bool(asked)
+
+    def ask_trade(self, h: str, d: str, b: str, hops: list[str], critical: bool = False) -> bool:
+        """Ask d to trade one of its in-flows for our flow on one of `hops` (b the best of them);
+        False when d has no room for any of it."""
+        room, onwards = self.room(d), self.worst_of
+        rates = [(x, min(self.out[h].get(x, 0.0), room)) for x in hops]
+        wide = tuple(SwapOption(x, r, onwards(h, x), self._gen.get(x, 0)) for x, r in rates if r > EPS)
+        if not wide:
+            return False
+        rate = max(o.rate for o in wide)
+        oid = self.add_offer(h, d, rate, b)
+        self._old_gen[oid] = {o.hop: self._gen.get(o.hop, 0) for o in wide}
+        self.asked(oid, d, h, tuple(o.hop for o in wide))
+        bid = self.fresh_arrival(h) + self.link(d)
+        state, label, worst_b = self.state(), self.label(h), onwards(h, b)
+        ask = Offer(
+            h,
+            rate,
+            oid,
+            label,
+            b,
+            bid=bid,
+            state=state,
+            swap_worst=worst_b,
+            swap_options=wide,
+            critical=critical,
+        )
+        self.send(d, ask)
+        return True
 
     def _trades_with(self, h: str, d: str) -> list[tuple[float, str]]:
         """Every untried trade of our hops b for d's in-flow that pays, as (gain, b), best first.

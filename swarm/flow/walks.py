@@ -1,0 +1,111 @@
+"""Worst-path walks: once its flows are calm, a holder sends a token down the most expensive used
+path of its microbatches, and every peer on it asks its next stage for trades that make that path
+cheaper, whatever the four edges cost.
+
+Exchanges (swarm/flow/exchange.py) are asked by every calm peer for its own reasons, and the asked
+peer weighs the path it saves against the edges it makes dearer (`WORST_PATH_PRICE`), since most
+trades are not on the swarm's worst path and the mean path counts too. On the worst path the
+objective is that path alone (GWTF: among maximum flows, the cheapest most expensive path), but no
+peer knows it is on it. The holder does, roughly: its stage-0 peers publish their worst routes on.
+Offline, from the protocol's own converged routes, greedy exchanges on the worst path with exact
+costs (`swarm/flow/polish_bound.py`) took 6 of 13 whole-range misses within 5% of the min-cost
+flow's max path with the price, 8 without it (README: "Worst-path walks").
+
+Roles and messages (best effort, a walk moves no flow by itself):
+- The holder, its own flows unchanged for WALK_WAIT retry periods, sends a `Walk` to the stage-0
+  peer with its most expensive route onwards, at most WALKS times, waiting as long again after each.
+- A peer that gets a walk picks its own most expensive hop b onwards and asks up to WALK_ASKS stage
+  mates d of b whose route onwards is cheaper for a trade (`Offer.critical`), then passes the walk
+  on to b. The asked d takes a trade when the most expensive path through the four edges gets
+  cheaper by more than GAIN_S, even if the edges cost more.
+"""
+
+from __future__ import annotations
+
+from swarm.flow.agent import Sender
+from swarm.flow.messages import Walk
+from swarm.flow.news import EPS
+from swarm.flow.swap_asks import GAIN_S
+from swarm.flow.trade_notes import TradeNotes
+
+WALKS = 8  # walks a holder sends after its flows first calm down
+WALK_WAIT = 20.0  # retry periods of calm at the holder before a walk (and between walks)
+WALK_ASKS = 4  # trades a peer on the walk asks for at once
+# Critical asks a peer may make in all, again after churn near it: a neighbour that sends walk after
+# walk (a bug, or a volunteer that means harm) gets no more than this many asks out of us.
+WALK_ASK_BUDGET = 2 * WALKS * WALK_ASKS
+
+
+class WorstWalks(TradeNotes):
+    """A stage peer on a holder's worst-path walk."""
+
+    walk_asks_left: int = WALK_ASK_BUDGET
+
+    def reset_exchanges(self) -> None:
+        super().reset_exchanges()
+        self.walk_asks_left = WALK_ASK_BUDGET
+
+    def on_walk(self, body: Walk) -> None:
+        h = body.holder
+        if not self.improve or h not in self.holders or self.last:
+            return
+        dearest = self._dearest_hop(h)
+        if dearest is None:
+            return
+        there, b = dearest
+        if not self.offers and not self.cancels:  # (our flows are on the move: no asks this time)
+            top = self.label(h) + 1  # (d refuses a sender whose label is lower than its own by more)
+            cheaper = sorted(
+                (here, d)
+                for d in self.targets(h)
+                if d != b
+                and d not in self.holders
+                and self.view_label(d, h) <= top
+                and (here := self.link(d) + self.worst_of(h, d)) < there - GAIN_S
+            )
+            for _, d in cheaper[: min(WALK_ASKS, self.walk_asks_left)]:
+                self.walk_asks_left -= 1
+                self.ask_trade(h, d, b, [b], critical=True)
+        self.send(b, Walk(h, body.arrival + self.link(b)), reliable=False)
+
+
+class HolderWalks(Sender):
+    """The holder's side: when to send a walk, and to which stage-0 peer (a part of `HolderAgent`)."""
+
+    sink_in: dict[str, float]
+
+    def init_walks(self) -> None:
+        self._walks_left = WALKS
+        self._walk_armed = False
+        self._walk_mark: tuple = ()
+
+    def _walk_key(self) -> tuple:
+        return tuple(sorted(self.out[self.id].items())), tuple(sorted(self.sink_in.items()))
+
+    def arm_walk(self) -> None:
+        """Check again in WALK_WAIT retry periods whether our flows stayed put (then walk)."""
+        if self._walk_armed or self._walks_left <= 0 or not self.improve:
+            return
+        self._walk_armed = True
+        self._walk_mark = self._walk_key()
+        self.env.set_timer(self.id, WALK_WAIT * self.env.retry_s, "walk")
+
+    def renew_walks(self) -> None:
+        """A neighbour came or went, or our demand changed: the routes re-plan, walks may pay
+        again. (Only such events renew them, never our flows moving: with limited links a trade
+        can move a holder's flows, and walks would then renew themselves.)"""
+        self._walks_left = WALKS
+
+    def on_walk_timer(self) -> None:
+        self._walk_armed = False
+        if self._walk_key() == self._walk_mark:
+            h = self.id
+            self._walks_left -= 1  # (also when we send nothing: a timer must not wake us for ever)
+            used = [(self.link(v) + self.worst_of(h, v), v) for v, r in self.out[h].items() if r > EPS]
+            if used:
+                _, v = max(used)
+                self.send(v, Walk(h, self.link(v)), reliable=False)
+        self.arm_walk()
+
+
+__all__ = ["HolderWalks", "WorstWalks", "WALKS", "WALK_ASKS", "WALK_ASK_BUDGET", "WALK_WAIT"]

@@ -1,0 +1,86 @@
+"""Worst-path walks (swarm/flow/walks.py): the holder's walk runs down its most expensive used path,
+the peers on it ask for trades that make that path cheaper even where the edges cost more than the
+exchange price allows, and the messages cross the codec."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarm.flow import cost
+from swarm.flow.bus import MessageBus
+from swarm.flow.check import violations
+from swarm.flow.generate import random_instance
+from swarm.flow.messages import Envelope, Offer, Walk
+from swarm.flow.reference import max_flow_value
+from swarm.flow.walks import WALKS
+from swarm.routing.codec import from_wire, to_wire
+from swarm.wire import WireError
+from tests.flow.test_exchange import recorded, worst_path_trade
+
+
+def test_a_walk_makes_the_worst_path_trade_the_price_refused() -> None:
+    """a->b carries the worst path; the trade a->d, c->b lowers it by ~0.12 s but makes the four
+    edges 0.12 s dearer, more than half the fall: refused as an ordinary exchange, made when the
+    holder's walk tells a that a->b is on the worst path."""
+    bus, p, worst_before, total_before = worst_path_trade(0.06)
+    assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}  # (the price refused it)
+    holder = bus.agents["h"]
+    holder.init_walks()
+    holder.arm_walk()
+    with recorded(bus) as sent:
+        bus.run_until_quiescent()
+    walks = [e for e in sent if isinstance(e.body, Walk)]
+    assert walks and walks[0].src == "h" and walks[0].dst == "a"
+    assert any(e.src == "a" and e.dst == "d" and isinstance(e.body, Offer) and e.body.critical for e in sent)
+    assert p["a"].routes()["h"] == {"d": pytest.approx(1.0)}
+    assert p["c"].routes()["h"] == {"b": pytest.approx(1.0)}
+    inst = bus.instance
+    assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.05
+    assert cost.total_cost(inst, bus.routes()) == pytest.approx(total_before + 0.12, abs=1e-3)
+    assert violations(bus) == []
+    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS  # then it stops
+
+
+@pytest.mark.parametrize("seed,loss", [(4, 0.0), (9, 0.05)])
+def test_walks_keep_the_flow_exact_and_stop(seed: int, loss: float) -> None:
+    inst = random_instance(6 * 5, 6, 1, seed)
+    bus = MessageBus(inst, seed=seed, loss=loss)
+    with recorded(bus) as sent:
+        stats = bus.run_until_quiescent()
+    assert stats.quiescent
+    assert sum(isinstance(e.body, Walk) and e.src == inst.holders[0].id for e in sent) <= WALKS
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+    assert violations(bus) == []
+
+
+def test_walk_messages_cross_the_codec_and_bad_ones_are_refused() -> None:
+    walk = Envelope("h", "a", -1, 1, Walk("h", 0.25))
+    assert from_wire(to_wire(walk)) == walk
+    ask = Envelope("a", "d", 5, 1, Offer("h", 1.0, 9, 3, "b", bid=0.3, swap_worst=1.2, critical=True))
+    assert from_wire(to_wire(ask)) == ask
+    raw = to_wire(walk)
+    for field, bad in (("arrival", "far"), ("holder", 7), ("holder", "x" * 300)):
+        with pytest.raises(WireError):
+            from_wire({**raw, "body": {**raw["body"], field: bad}})
+
+
+def test_forged_and_flooded_walks_cost_a_peer_at_most_its_ask_budget() -> None:
+    """Walks for an unknown holder, or from a node that is not a neighbour, are ignored; a
+    neighbour that sends walk after walk gets at most WALK_ASK_BUDGET asks out of a peer, and every
+    flow stays consistent."""
+    bus, p, _, _ = worst_path_trade(0.06)
+    a = p["a"]
+    with recorded(bus) as sent:
+        a.receive(Envelope("h", "a", -1, 1, Walk("nobody", 0.1)), bus.now)
+        a.receive(Envelope("zz", "a", -1, 1, Walk("h", 0.1)), bus.now)
+        bus.run_until_quiescent()
+    assert not any(isinstance(e.body, (Offer, Walk)) for e in sent)
+    a.walk_asks_left = 3
+    with recorded(bus) as sent:
+        for _ in range(50):
+            a.receive(Envelope("h", "a", -1, 1, Walk("h", 0.1)), bus.now)
+            bus.run_until_quiescent()
+    asks = [e for e in sent if e.src == "a" and isinstance(e.body, Offer) and e.body.critical]
+    assert 1 <= len(asks) <= 3 and a.walk_asks_left >= 0
+    assert violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
