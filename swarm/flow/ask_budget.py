@@ -61,6 +61,19 @@ def corridor_budget(next_hops: int) -> int:
     return CORRIDOR_PROBES if next_hops <= WIDE_CORRIDOR_HOPS else 0
 
 
+# Worst-path walks (swarm/flow/walks.py) not with limited links, as corridors: on the simulator's
+# geo scenarios (10 holders, link limits) walks made training 3-4% slower (`swarm sim -s
+# geo-10-regions-no-churn / -low-churn / -high-churn --router gwtf`: 663.5 / 665.9 / 659.6 s ->
+# 691.4 / 691.8 / 678.7 s, 23% more protocol messages at high churn): a trade that lowers one
+# holder's worst path at any edge cost moves the link use the other holders' flows share.
+WALKS_WITH_LINK_LIMITS = False
+
+
+def walks_allowed(improve: bool, link_limits: bool) -> bool:
+    """Whether a node takes part in worst-path walks (see WALKS_WITH_LINK_LIMITS)."""
+    return improve and (WALKS_WITH_LINK_LIMITS or not link_limits)
+
+
 def swap_budget(next_hops: int) -> int:
     """Exchange asks a peer with `next_hops` next hops may make (see SCAN_BUDGET)."""
     n = max(1, next_hops)
@@ -83,4 +96,6 @@ __all__ = [
     "corridor_budget",
     "hand_over_budget",
     "swap_budget",
+    "walks_allowed",
+    "WALKS_WITH_LINK_LIMITS",
 ]

@@ -9,6 +9,7 @@ far) when they move; best effort, it moves no flow.
 from __future__ import annotations
 
 from swarm.flow.agent import Sender
+from swarm.flow.ask_budget import walks_allowed
 from swarm.flow.messages import Paths
 from swarm.flow.news import EPS, costs_moved
 
@@ -54,7 +55,9 @@ class PathNews(Sender):
         body = Paths(arrival, worst)
         if body == self._paths_sent:  # what we sent last: neighbours that heard it learn nothing
             body = self._paths_sent
-        senders = self.senders()  # (a holder reads its stage-0 peers' worst routes: walks.py)
+        senders = self.senders()
+        if not walks_allowed(self.improve, self.link_limits):  # (a holder reads them for walks only)
+            senders = {u for u in senders if u not in self.holders}
         downstream = {v for v in self.downstream() if v not in self.holders}
         judged: dict[tuple[int, bool, bool], bool] = {}  # neighbours told at once share a body
         for node in sorted(senders | downstream):

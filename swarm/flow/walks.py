@@ -13,7 +13,8 @@ flow's max path with the price, 8 without it (README: "Worst-path walks").
 
 Roles and messages (best effort, a walk moves no flow by itself):
 - The holder, its own flows unchanged for WALK_WAIT retry periods, sends a `Walk` to the stage-0
-  peer with its most expensive route onwards, at most WALKS times, waiting as long again after each.
+  peer with its most expensive route onwards, at most WALKS times, waiting as long again after each;
+  they come back when a neighbour of the holder comes or goes or its demand changes.
 - A peer that gets a walk picks its own most expensive hop b onwards and asks up to WALK_ASKS stage
   mates d of b whose route onwards is cheaper for a trade (`Offer.critical`), then passes the walk
   on to b. The asked d takes a trade when the most expensive path through the four edges gets
@@ -23,12 +24,13 @@ Roles and messages (best effort, a walk moves no flow by itself):
 from __future__ import annotations
 
 from swarm.flow.agent import Sender
+from swarm.flow.ask_budget import walks_allowed
 from swarm.flow.messages import Walk
 from swarm.flow.news import EPS
 from swarm.flow.swap_asks import GAIN_S
 from swarm.flow.trade_notes import TradeNotes
 
-WALKS = 8  # walks a holder sends after its flows first calm down
+WALKS = 8  # walks a holder sends once its flows calm down (again after churn near it)
 WALK_WAIT = 20.0  # retry periods of calm at the holder before a walk (and between walks)
 WALK_ASKS = 4  # trades a peer on the walk asks for at once
 # Critical asks a peer may make in all, again after churn near it: a neighbour that sends walk after
@@ -47,7 +49,7 @@ class WorstWalks(TradeNotes):
 
     def on_walk(self, body: Walk) -> None:
         h = body.holder
-        if not self.improve or h not in self.holders or self.last:
+        if not walks_allowed(self.improve, self.link_limits) or h not in self.holders or self.last:
             return
         dearest = self._dearest_hop(h)
         if dearest is None:
@@ -84,7 +86,7 @@ class HolderWalks(Sender):
 
     def arm_walk(self) -> None:
         """Check again in WALK_WAIT retry periods whether our flows stayed put (then walk)."""
-        if self._walk_armed or self._walks_left <= 0 or not self.improve:
+        if self._walk_armed or self._walks_left <= 0 or not walks_allowed(self.improve, self.link_limits):
             return
         self._walk_armed = True
         self._walk_mark = self._walk_key()
