@@ -56,7 +56,7 @@ class PathNews(Sender):
         if body == self._paths_sent:  # what we sent last: neighbours that heard it learn nothing
             body = self._paths_sent
         senders = self.senders()
-        if not walks_allowed(self.improve, self.link_limits):  # (a holder reads them for walks only)
+        if not walks_allowed(self.improve, self.link_limits, len(self.next)):  # (holders: for walks only)
             senders = {u for u in senders if u not in self.holders}
         downstream = {v for v in self.downstream() if v not in self.holders}
         judged: dict[tuple[int, bool, bool], bool] = {}  # neighbours told at once share a body

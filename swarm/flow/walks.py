@@ -38,6 +38,12 @@ WALK_ASKS = 4  # trades a peer on the walk asks for at once
 WALK_ASK_BUDGET = 2 * WALKS * WALK_ASKS
 
 
+def walks_here(node: Sender) -> bool:
+    """Whether this node takes part in walks (`ask_budget.walks_allowed`: not with limited links,
+    not with more than WIDE_WALK_HOPS next hops)."""
+    return walks_allowed(node.improve, node.link_limits, len(node.next))
+
+
 class WorstWalks(TradeNotes):
     """A stage peer on a holder's worst-path walk."""
 
@@ -49,7 +55,7 @@ class WorstWalks(TradeNotes):
 
     def on_walk(self, body: Walk) -> None:
         h = body.holder
-        if not walks_allowed(self.improve, self.link_limits) or h not in self.holders or self.last:
+        if not walks_here(self) or h not in self.holders or self.last:
             return
         dearest = self._dearest_hop(h)
         if dearest is None:
@@ -86,7 +92,7 @@ class HolderWalks(Sender):
 
     def arm_walk(self) -> None:
         """Check again in WALK_WAIT retry periods whether our flows stayed put (then walk)."""
-        if self._walk_armed or self._walks_left <= 0 or not walks_allowed(self.improve, self.link_limits):
+        if self._walk_armed or self._walks_left <= 0 or not walks_here(self):
             return
         self._walk_armed = True
         self._walk_mark = self._walk_key()
@@ -110,4 +116,4 @@ class HolderWalks(Sender):
         self.arm_walk()
 
 
-__all__ = ["HolderWalks", "WorstWalks", "WALKS", "WALK_ASKS", "WALK_ASK_BUDGET", "WALK_WAIT"]
+__all__ = ["HolderWalks", "WorstWalks", "WALKS", "WALK_ASKS", "WALK_ASK_BUDGET", "WALK_WAIT", "walks_here"]
