@@ -81,6 +81,20 @@ def walks_allowed(improve: bool, link_limits: bool, next_hops: int = 0) -> bool:
     return improve and (WALKS_WITH_LINK_LIMITS or not link_limits) and next_hops <= WIDE_WALK_HOPS
 
 
+# Route costs that got dearer are told to every upstream neighbour, not only to those that send us
+# flow: a neighbour pushes its next flow by them, and the first flow of a swarm followed cheap routes
+# that had filled up (README: "The holder's ramp"). Not with limited links, where the simulator's
+# table was measured without it (and the ramp is off), nor at peers with more than
+# WIDE_DEARER_NEWS upstream neighbours, as walks.
+DEARER_NEWS_WITH_LINK_LIMITS = False
+WIDE_DEARER_NEWS = 31
+
+
+def dearer_news_to_all(link_limits: bool, upstream: int) -> bool:
+    """Whether a node tells every upstream neighbour that its route got dearer (see above)."""
+    return (DEARER_NEWS_WITH_LINK_LIMITS or not link_limits) and upstream <= WIDE_DEARER_NEWS
+
+
 def swap_budget(next_hops: int) -> int:
     """Exchange asks a peer with `next_hops` next hops may make (see SCAN_BUDGET)."""
     n = max(1, next_hops)
@@ -100,7 +114,10 @@ __all__ = [
     "WIDE_HAND_OVERS",
     "WIDE_HAND_OVER_HOPS",
     "WIDE_SCAN",
+    "DEARER_NEWS_WITH_LINK_LIMITS",
+    "WIDE_DEARER_NEWS",
     "corridor_budget",
+    "dearer_news_to_all",
     "hand_over_budget",
     "swap_budget",
     "walks_allowed",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from swarm.flow.agent import EPS, Env, Sender
 from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
 from swarm.flow.node import Node
+from swarm.flow.ramp import HolderRamp
 from swarm.flow.walks import HolderWalks
 
 # A relabel epoch (see `HolderAgent.timer`) starts when, for STALL_WAIT retry periods, nothing more
@@ -27,7 +28,7 @@ EPOCHS_WITH_SHARED_LINKS = False
 STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
 
 
-class HolderAgent(HolderWalks):
+class HolderAgent(HolderWalks, HolderRamp):
     """Source and sink of one commodity (this holder's microbatches)."""
 
     trades = False  # improvement moves go to stage-0 peers with spare only (see `Sender.trades`)
@@ -51,9 +52,10 @@ class HolderAgent(HolderWalks):
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
         self.init_walks()
+        self.init_ramp()
 
     def supply(self, h: str) -> float:
-        return self.demand
+        return self.ramped()
 
     def label(self, h: str) -> int:
         return self.src_label
@@ -97,6 +99,10 @@ class HolderAgent(HolderWalks):
         (`Node.observe`)."""
         if token == "walk":
             self.on_walk_timer()
+            return
+        if token == "ramp":
+            if self.on_ramp_timer():
+                self.settle()
             return
         if token != "stall":
             return
@@ -171,6 +177,7 @@ class HolderAgent(HolderWalks):
             self.try_improve()
         self._watch_stall()
         self.arm_walk()
+        self.arm_ramp()
         self.announce()
 
     def _preempt(self, left: float) -> None:

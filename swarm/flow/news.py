@@ -98,6 +98,10 @@ class Announcer:
         """Upstream nodes whose flow we carry: they care when our route gets dearer."""
         return set()
 
+    def dearer_to_all(self) -> bool:
+        """Whether upstream neighbours that send us nothing hear that our route got dearer."""
+        return False
+
     def downstream(self) -> set[str]:
         """Next hops that hold flow from us: they need our labels to return flow (nobody else does)."""
         return set()
@@ -121,7 +125,9 @@ class Announcer:
         good: list[str] = []
         other: list[str] = []
         costs_only = True
-        senders = self.senders()
+        # every upstream neighbour hears dearer routes where `dearer_news_to_all` says so, else
+        # only our senders (the others learn them from our reply to their next offer)
+        senders = self.prev if self.dearer_to_all() else self.senders()
         # neighbours told in one announcement share its summary: judge each summary once
         told_by, judged = self._told, {}
         for node in sorted(self.prev):

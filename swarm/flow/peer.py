@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
+from swarm.flow.ask_budget import dearer_news_to_all
 from swarm.flow.bids import PeerBids
 from swarm.flow.messages import (
     INF,
@@ -101,6 +102,9 @@ class PeerAgent(PeerBids):
 
     def supply(self, h: str) -> float:
         return sum(self.inflow[h].values())
+
+    def dearer_to_all(self) -> bool:
+        return dearer_news_to_all(self.link_limits, len(self.prev))
 
     def senders(self) -> set[str]:
         return {u for flows in self.inflow.values() for u, r in flows.items() if r > EPS}

@@ -55,12 +55,16 @@ NEAR, FAR = Link(0.001, 1e9), Link(0.2, 1e9)
 
 def rewritten(bus: MessageBus, agents: dict[str, PeerAgent], budget: int) -> None:
     """After flows were rewritten by hand: drop the agents' cached route costs and tried trades,
-    give each `budget` exchange asks and the bus's clock."""
+    give each `budget` exchange asks and the bus's clock, and let each see its neighbours' states
+    (labels) as they are now, whatever the first convergence left in its views."""
     for agent in agents.values():
         agent._worst_cache.clear()
         agent._swap_tried.clear()
         agent.swap_budget = budget
         agent.now = bus.now
+    for agent in agents.values():
+        for other in sorted((agent.prev | agent.next) & set(agents)):
+            agent.observe(agents[other].state())
 
 
 def run_until_next(bus: MessageBus, wanted: Callable[[Body, str], bool]) -> None:
@@ -279,9 +283,9 @@ def worst_path_trade(extra_s: float = 0.0) -> tuple[MessageBus, dict[str, PeerAg
     p["b"].inflow["h"], p["d"].inflow["h"] = {"a": 1.0}, {"c": 1.0}
     p["e"].inflow["h"], p["f"].inflow["h"] = {"b": 1.0}, {"d": 1.0}
     rewritten(bus, p, budget=4)
-    for agent in p.values():
+    for agent in p.values():  # (their flows changed: they settle, as after any event)
         agent.disturbed()
-        agent.announce()
+        agent.settle()
     assert violations(bus) == []
     worst_before = cost.max_path_cost(inst, bus.routes())
     total_before = cost.total_cost(inst, bus.routes())
@@ -511,8 +515,13 @@ def test_one_ask_offers_several_hops_and_d_trades_the_one_that_pays_most() -> No
     bus = MessageBus(inst, seed=0)
     bus.run_until_quiescent()
     p = {n: bus.agents[n] for n in ("a", "c", "b1", "b2", "d")}
+    holder, e = bus.agents["h"], bus.agents["e"]
+    holder.out["h"], p["a"].inflow["h"], p["c"].inflow["h"] = {"a": 1.0, "c": 0.5}, {"h": 1.0}, {"h": 0.5}
     p["a"].out["h"], p["c"].out["h"] = {"b1": 0.5, "b2": 0.5}, {"d": 0.5}
     p["b1"].inflow["h"], p["b2"].inflow["h"], p["d"].inflow["h"] = {"a": 0.5}, {"a": 0.5}, {"c": 0.5}
+    for x in ("b1", "b2", "d"):  # (the rest of the routing too, whatever the first convergence chose)
+        p[x].out["h"] = {"e": 0.5}
+    e.inflow["h"], e.out["h"], holder.sink_in = {"b1": 0.5, "b2": 0.5, "d": 0.5}, {"h": 1.5}, {"e": 1.5}
     rewritten(bus, p, budget=1)  # a single ask
     for x in ("b1", "b2", "d"):  # path news as the rewritten flows would give it
         p["a"].paths[x] = Paths({}, {"h": inst.edge_cost(x, "e") + inst.edge_cost("e", "h")})
