@@ -42,8 +42,24 @@ from swarm.flow.swap_asks import GAIN_S, SwapAsks
 # fraction of what it saves there. On three sweeps (`swarm bench flow-sweep --instances 30 --seed
 # 0/1/2`), 0 (edges may not get dearer) gave a max path 1.083x the min-cost flow's (mean; 32 of 90
 # within 5%) and a mean path within 10% on 66; 0.25: 1.066 (37), 65; 0.5: 1.059 (43), 61; 0.75: 1.067
-# (41), 58; 1.0: 1.071 (36), 57.
-WORST_PATH_PRICE = 0.5
+# (41), 58; 1.0: 1.071 (36), 57. With the holder's ramp (swarm/flow/ramp.py) the first flow is near
+# the min-cost flow's mean path, which leaves room to trade it for the max path: on the whole range
+# (4-16 x 3-30, seeds 0 / 1 / 2, `--max-stages 16 --max-per-stage 30`) 0.5 gave 24 / 26 / 26 of 30
+# within 5% (mean max / opt 0.997 / 0.992 / 0.995) and the mean path within 10% on all 90; 0.75
+# gives 27 / 27 / 23 (0.981 / 0.989 / 0.992) and still all 90; 1.0 gives 26 / 27 / 26 (0.982 / 0.986
+# / 0.998) but one mean path at 1.101.
+WORST_PATH_PRICE = 0.75
+# With limited links (the simulator's swarms: several holders share them) the price stays at 0.5,
+# where the simulator's table was measured: a dearer trade for one holder's worst path moves link
+# use the other holders' flows share (as walks, `ask_budget.WALKS_WITH_LINK_LIMITS`).
+LINK_LIMITED_PRICE = 0.5
+
+
+def trade_price(link_limits: bool) -> float:
+    """How much dearer a trade's four edges may get per second the worst path through them saves."""
+    return LINK_LIMITED_PRICE if link_limits else WORST_PATH_PRICE
+
+
 ANSWER_WAIT = 8.0  # retry periods before d tells a "nothing so far" (it still waits for b: `expire_exchange`)
 EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
@@ -135,6 +151,7 @@ class Exchanger(SwapAsks):
         sends_here = self.inflow[h].get(a, 0.0) > EPS  # a -> d carries flow already: its paths exist
         room_a = self.in_room(a)
         best: tuple[float, str, SwapOption, float] | None = None
+        price = trade_price(self.link_limits)
         for option in options:
             b, worst_b = option.hop, option.worst
             if b == me or not self.mate_known(b):
@@ -159,7 +176,7 @@ class Exchanger(SwapAsks):
                 # them gets no dearer, or when that path gets cheaper by more than the edges get
                 # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
                 pays = (delta < -GAIN_S and rise <= EPS) or (
-                    rise < -GAIN_S and (msg.critical or delta <= -WORST_PATH_PRICE * rise)
+                    rise < -GAIN_S and (msg.critical or delta <= -price * rise)
                 )
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)
@@ -423,4 +440,4 @@ def _rise(
     return after - before
 
 
-__all__ = ["Exchanger", "ANSWER_WAIT", "GAIN_S", "WORST_PATH_PRICE"]
+__all__ = ["Exchanger", "ANSWER_WAIT", "GAIN_S", "LINK_LIMITED_PRICE", "WORST_PATH_PRICE", "trade_price"]

@@ -8,9 +8,10 @@ import dataclasses
 import pytest
 
 from swarm.flow import cost
-from swarm.flow.ask_budget import WIDE_DEARER_NEWS, dearer_news_to_all
+from swarm.flow.ask_budget import WIDE_DEARER_NEWS, WIDE_WALK_HOPS, dearer_news_to_all
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.exchange import LINK_LIMITED_PRICE, WORST_PATH_PRICE, trade_price
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Offer
 from swarm.flow.news import NONE, news_for, summary_of
@@ -61,6 +62,20 @@ def test_a_demand_above_what_the_swarm_carries_still_reaches_the_maximum(seed: i
     assert violations(bus) == []
 
 
+def test_no_ramp_for_a_holder_with_many_stage_0_peers() -> None:
+    """As walks: a holder with more than WIDE_WALK_HOPS stage-0 peers sends all its demand at once."""
+    inst = random_instance(90, 2, 1, seed=1)
+    bus = MessageBus(inst, seed=1)
+    holder = bus.agents[inst.holders[0].id]
+    assert len(holder.next) > WIDE_WALK_HOPS
+    while not holder.ready:
+        bus._step()
+    assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)  # all of it at once
+    bus.run_until_quiescent()
+    assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
 def test_no_ramp_with_limited_links_or_without_improvement() -> None:
     inst = random_instance(4 * 4, 4, 1, seed=2)
     limited = dataclasses.replace(inst, link_capacity=True)
@@ -89,3 +104,10 @@ def test_dearer_routes_are_news_for_every_upstream_neighbour() -> None:
         bus.run_until_quiescent()
     assert any(e.src == peer.id and e.dst == u and isinstance(e.body, Announce) for e in sent)
     assert news_for(now, summary_of(peer.state()), upstream=True, sender=False) == NONE  # (the rule alone)
+
+
+def test_the_trade_price_stays_where_the_simulator_was_measured_with_limited_links() -> None:
+    """With the ramp the first flow is near the min-cost flow's mean path, so trades may cost their
+    edges more per second saved on the worst path; not with limited links (README)."""
+    assert trade_price(False) == WORST_PATH_PRICE == 0.75
+    assert trade_price(True) == LINK_LIMITED_PRICE == 0.5
