@@ -8,14 +8,14 @@ import dataclasses
 import pytest
 
 from swarm.flow import cost
-from swarm.flow.ask_budget import WIDE_DEARER_NEWS, WIDE_WALK_HOPS, dearer_news_to_all
+from swarm.flow.ask_budget import WIDE_DEARER_NEWS, dearer_news_to_all
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.exchange import LINK_LIMITED_PRICE, WORST_PATH_PRICE, trade_price
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Offer
 from swarm.flow.news import NONE, news_for, summary_of
-from swarm.flow.ramp import RAMP_STEPS
+from swarm.flow.ramp import RAMP_STEPS, WIDE_RAMP_HOPS
 from swarm.flow.reference import max_flow_value
 from tests.flow.test_exchange import recorded
 
@@ -63,11 +63,11 @@ def test_a_demand_above_what_the_swarm_carries_still_reaches_the_maximum(seed: i
 
 
 def test_no_ramp_for_a_holder_with_many_stage_0_peers() -> None:
-    """As walks: a holder with more than WIDE_WALK_HOPS stage-0 peers sends all its demand at once."""
-    inst = random_instance(90, 2, 1, seed=1)
+    """A holder with more than WIDE_RAMP_HOPS stage-0 peers sends all its demand at once."""
+    inst = random_instance(120, 2, 1, seed=1)
     bus = MessageBus(inst, seed=1)
     holder = bus.agents[inst.holders[0].id]
-    assert len(holder.next) > WIDE_WALK_HOPS
+    assert len(holder.next) > WIDE_RAMP_HOPS
     while not holder.ready:
         bus._step()
     assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)  # all of it at once
