@@ -46,8 +46,8 @@ from swarm.flow.swap_asks import GAIN_S, SwapAsks
 # the min-cost flow's mean path, which leaves room to trade it for the max path: on the whole range
 # (4-16 x 3-30, seeds 0 / 1 / 2, `--max-stages 16 --max-per-stage 30`) 0.5 gave 24 / 26 / 26 of 30
 # within 5% (mean max / opt 0.997 / 0.992 / 0.995) and the mean path within 10% on all 90; 0.75
-# gives 27 / 27 / 23 (0.981 / 0.989 / 0.992) and still all 90; 1.0 gives 26 / 27 / 26 (0.982 / 0.986
-# / 0.998) but one mean path at 1.101.
+# gives 27 / 27 / 23 (0.981 / 0.989 / 0.992) and still all 90; 0.9 gives 26 / 25 / 24; 1.0 gives
+# 26 / 27 / 26 (0.982 / 0.986 / 0.998) but one mean path at 1.101.
 WORST_PATH_PRICE = 0.75
 # With limited links (the simulator's swarms: several holders share them) the price stays at 0.5,
 # where the simulator's table was measured: a dearer trade for one holder's worst path moves link
