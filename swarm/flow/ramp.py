@@ -29,7 +29,7 @@ from swarm.flow.agent import Sender
 from swarm.flow.news import EPS
 
 RAMP_STEPS = 8  # steps a holder's demand goes into the swarm in
-RAMP_WAIT = 5.0  # retry periods between checks whether the last step came home
+RAMP_WAIT = 5.0  # retry periods between checks whether the last step came home (10: 74 of 90, not 77)
 RAMP_WITH_LINK_LIMITS = False
 # Holders with more stage-0 peers than this send all their demand at once. At 1,000 x 16 (62 of them,
 # seed 2) the ramp took the run from 692,060 messages in 527 rounds to 1,710,130 in 987 (58.0 s),
