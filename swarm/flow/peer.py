@@ -85,6 +85,7 @@ class PeerAgent(PeerBids):
         self.init_corridors()
         self.init_resyncs()
         self.init_trade_notes()
+        self.init_worst_walks()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:

@@ -19,6 +19,14 @@ Roles and messages (best effort, a walk moves no flow by itself):
   mates d of b whose route onwards is cheaper for a trade (`Offer.critical`), then passes the walk
   on to b. The asked d takes a trade when the most expensive path through the four edges gets
   cheaper by more than GAIN_S, even if the edges cost more.
+- Walk after walk, a peer asks those mates in turn (`_walk_turn`): the ones it has not yet asked
+  about b first. The cheapest routes onwards are not the trades that pay (d also needs a partner
+  whose new path through b stays cheap), and the same four asks on every walk got the same four
+  refusals. On the whole range (4-16 x 3-30, seeds 0 / 1 / 2) max path within 5% of the min-cost
+  flow's went from 77 to 80 of 90 with turns and walks at peers with up to 48 next hops (was 31,
+  `ask_budget.WIDE_WALK_HOPS`).
+- A walk after which the holder's worst route onwards got cheaper is given back (WALK_REFUNDS in
+  all), so walks go on while they pay: 81 of 90.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ from swarm.flow.trade_notes import TradeNotes
 WALKS = 8  # walks a holder sends once its flows calm down (again after churn near it)
 WALK_WAIT = 20.0  # retry periods of calm at the holder before a walk (and between walks)
 WALK_ASKS = 4  # trades a peer on the walk asks for at once
+WALK_ROTATE = True
+WALK_REFUNDS = 8  # walks given back, one each time the last one made our worst route cheaper
 # Critical asks a peer may make in all, again after churn near it: a neighbour that sends walk after
 # walk (a bug, or a volunteer that means harm) gets no more than this many asks out of us.
 WALK_ASK_BUDGET = 2 * WALKS * WALK_ASKS
@@ -48,10 +58,27 @@ class WorstWalks(TradeNotes):
     """A stage peer on a holder's worst-path walk."""
 
     walk_asks_left: int = WALK_ASK_BUDGET
+    _walk_asked: set[tuple[str, str, str]]  # (holder, b, d) asked on earlier walks (`_walk_turn`)
+
+    def init_worst_walks(self) -> None:
+        self._walk_asked = set()
 
     def reset_exchanges(self) -> None:
         super().reset_exchanges()
         self.walk_asks_left = WALK_ASK_BUDGET
+        self._walk_asked = set()
+
+    def _walk_turn(self, h: str, b: str, mates: list[str]) -> list[str]:
+        """The mates d to ask this time, in turn: those not asked about b on earlier walks first
+        (the same asks would get the same answers), all of them again once each was asked."""
+        if not WALK_ROTATE:
+            return mates
+        asked = self._walk_asked
+        fresh = [d for d in mates if (h, b, d) not in asked]
+        if fresh:
+            return fresh
+        asked.difference_update((h, b, d) for d in mates)
+        return mates
 
     def on_walk(self, body: Walk) -> None:
         h = body.holder
@@ -71,8 +98,9 @@ class WorstWalks(TradeNotes):
                 and self.view_label(d, h) <= top
                 and (here := self.link(d) + self.worst_of(h, d)) < there - GAIN_S
             )
-            for _, d in cheaper[: min(WALK_ASKS, self.walk_asks_left)]:
+            for d in self._walk_turn(h, b, [d for _, d in cheaper])[: min(WALK_ASKS, self.walk_asks_left)]:
                 self.walk_asks_left -= 1
+                self._walk_asked.add((h, b, d))
                 self.ask_trade(h, d, b, [b], critical=True)
         self.send(b, Walk(h, body.arrival + self.link(b)), reliable=False)
 
@@ -86,6 +114,8 @@ class HolderWalks(Sender):
         self._walks_left = WALKS
         self._walk_armed = False
         self._walk_mark: tuple = ()
+        self._walk_worst = float("inf")  # our worst route onwards when we sent the last walk
+        self._walk_refunds = WALK_REFUNDS
 
     def _walk_key(self) -> tuple:
         return tuple(sorted(self.out[self.id].items())), tuple(sorted(self.sink_in.items()))
@@ -103,6 +133,8 @@ class HolderWalks(Sender):
         again. (Only such events renew them, never our flows moving: with limited links a trade
         can move a holder's flows, and walks would then renew themselves.)"""
         self._walks_left = WALKS
+        self._walk_worst = float("inf")
+        self._walk_refunds = WALK_REFUNDS
 
     def on_walk_timer(self) -> None:
         self._walk_armed = False
@@ -111,7 +143,15 @@ class HolderWalks(Sender):
             self._walks_left -= 1  # (also when we send nothing: a timer must not wake us for ever)
             used = [(self.link(v) + self.worst_of(h, v), v) for v, r in self.out[h].items() if r > EPS]
             if used:
-                _, v = max(used)
+                worst, v = max(used)
+                if (
+                    worst < self._walk_worst - GAIN_S
+                    and self._walk_worst < float("inf")
+                    and self._walk_refunds > 0
+                ):
+                    self._walk_refunds -= 1  # the last walk paid: this one is on the house
+                    self._walks_left += 1
+                self._walk_worst = worst
                 self.send(v, Walk(h, self.link(v)), reliable=False)
         self.arm_walk()
 

@@ -12,7 +12,7 @@ from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Envelope, Offer, Walk
 from swarm.flow.reference import max_flow_value
-from swarm.flow.walks import WALKS
+from swarm.flow.walks import WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
 from tests.flow.test_exchange import recorded, worst_path_trade
@@ -38,7 +38,8 @@ def test_a_walk_makes_the_worst_path_trade_the_price_refused() -> None:
     assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.05
     assert cost.total_cost(inst, bus.routes()) == pytest.approx(total_before + 0.12, abs=1e-3)
     assert violations(bus) == []
-    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS  # then it stops
+    # the walk that paid is given back once (its successor's worst route is cheaper), then it stops
+    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS + 1 <= WALKS + WALK_REFUNDS
 
 
 @pytest.mark.parametrize("seed,loss", [(4, 0.0), (9, 0.05)])
@@ -48,7 +49,7 @@ def test_walks_keep_the_flow_exact_and_stop(seed: int, loss: float) -> None:
     with recorded(bus) as sent:
         stats = bus.run_until_quiescent()
     assert stats.quiescent
-    assert sum(isinstance(e.body, Walk) and e.src == inst.holders[0].id for e in sent) <= WALKS
+    assert sum(isinstance(e.body, Walk) and e.src == inst.holders[0].id for e in sent) <= WALKS + WALK_REFUNDS
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
     assert violations(bus) == []
 
@@ -84,3 +85,34 @@ def test_forged_and_flooded_walks_cost_a_peer_at_most_its_ask_budget() -> None:
     assert 1 <= len(asks) <= 3 and a.walk_asks_left >= 0
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+
+
+def test_walks_ask_the_mates_in_turn() -> None:
+    """Walk after walk, a peer asks the stage mates it has not asked about the same hop yet (the
+    same asks would get the same answers), and all of them again once each was asked."""
+    inst = random_instance(5 * 14, 5, 1, 3)
+    bus = MessageBus(inst, seed=3)
+    bus.run_until_quiescent()
+    h = inst.holders[0].id
+    asked: list[list[str]] = []
+    for x in (bus.agents[p.id] for p in inst.peers if p.stage < inst.stages - 1):
+        x.walk_asks_left = 10**6
+        calls: list[str] = []
+        x.ask_trade = lambda h, d, b, hops, critical=False, calls=calls: calls.append(d) or True
+        asked = []
+        for _ in range(12):
+            calls.clear()
+            x.on_walk(Walk(h, 0.1))
+            asked.append(list(calls))
+        if len({d for walk in asked for d in walk}) > WALK_ASKS:
+            break
+    mates = {d for walk in asked for d in walk}
+    assert len(mates) > WALK_ASKS  # (a peer with more cheaper mates than one walk asks)
+    assert all(0 < len(walk) <= WALK_ASKS for walk in asked)
+    seen: set[str] = set()
+    for walk in asked:
+        if seen == mates:
+            seen = set()  # each was asked: the turn starts again
+        fresh = mates - seen
+        assert set(walk) <= fresh, (walk, fresh)
+        seen |= set(walk)
