@@ -60,15 +60,15 @@ def _cheaper(old: dict[str, float], new: dict[str, float]) -> bool:
     return any(c < old.get(h, INF) for h, c in new.items())
 
 
-def costs_moved(old: dict[str, float], new: dict[str, float]) -> bool:
-    """Did a published route cost move enough to tell upstream (COST_REL or COST_GRAIN_S)?"""
+def costs_moved(old: dict[str, float], new: dict[str, float], rel: float = COST_REL) -> bool:
+    """Did a published route cost move enough to tell upstream (`rel` or COST_GRAIN_S)?"""
     if old.keys() != new.keys():
         return True
     for h, c in new.items():
         o = old[h]
         if math.isfinite(c) != math.isfinite(o):
             return True
-        if math.isfinite(c) and abs(c - o) > max(COST_GRAIN_S, COST_REL * abs(o)):
+        if math.isfinite(c) and abs(c - o) > max(COST_GRAIN_S, rel * abs(o)):
             return True
     return False
 

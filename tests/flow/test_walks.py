@@ -11,6 +11,8 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Envelope, Offer, Walk
+from swarm.flow.news import COST_GRAIN_S, COST_REL
+from swarm.flow.path_news import PATHS_REL
 from swarm.flow.reference import max_flow_value
 from swarm.flow.walks import WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
@@ -116,3 +118,24 @@ def test_walks_ask_the_mates_in_turn() -> None:
         fresh = mates - seen
         assert set(walk) <= fresh, (walk, fresh)
         seen |= set(walk)
+
+
+def test_path_news_keep_views_of_worst_routes_within_paths_rel_at_rest() -> None:
+    """Walks steer by the worst routes onwards that next hops publish: at rest, each peer's view of
+    a next hop it sends to is within PATHS_REL (or COST_GRAIN_S) of that hop's own figure, finer
+    than announcements' 5%, which left walks straying off the worst path."""
+    checked = 0
+    for seed in range(4):
+        inst = random_instance(8 * 8, 8, 1, seed)
+        bus = MessageBus(inst, seed=seed)
+        assert bus.run_until_quiescent().quiescent
+        h = inst.holders[0].id
+        for p in inst.peers:
+            agent = bus.agents[p.id]
+            for v, rate in agent.out[h].items():
+                if rate > 1e-9 and v != h:
+                    mine, theirs = agent.worst_of(h, v), bus.agents[v].fresh_worst(h)
+                    assert theirs is not None
+                    assert abs(mine - theirs) <= max(COST_GRAIN_S, PATHS_REL * abs(mine)) + 1e-9, (p.id, v)
+                    checked += 1
+    assert checked > 100 and PATHS_REL < COST_REL
