@@ -15,7 +15,7 @@ from swarm.flow.exchange import LINK_LIMITED_PRICE, WORST_PATH_PRICE, trade_pric
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Offer
 from swarm.flow.news import summary_of
-from swarm.flow.ramp import RAMP_STEPS, WIDE_RAMP_HOPS
+from swarm.flow.ramp import NARROW_RAMP_HOPS, RAMP_STEPS, WIDE_RAMP_HOPS
 from swarm.flow.reference import max_flow_value
 from tests.flow.test_exchange import recorded
 
@@ -26,7 +26,8 @@ def _holder_offers(sent: list, holder: str) -> list[float]:
 
 
 def test_the_demand_goes_in_step_by_step_and_ends_at_the_exact_maximum() -> None:
-    inst = random_instance(5 * 6, 5, 1, seed=3)
+    inst = random_instance(5 * 8, 5, 1, seed=3)
+    assert len(inst.peers_of(0)) >= NARROW_RAMP_HOPS  # (a holder with fewer sends all at once)
     demand = 0.5 * min(sum(p.capacity for p in inst.peers_of(s)) for s in range(inst.stages))
     inst = dataclasses.replace(inst, holders=(dataclasses.replace(inst.holders[0], demand=demand),))
     bus = MessageBus(inst, seed=3)
@@ -73,6 +74,21 @@ def test_no_ramp_for_a_holder_with_many_stage_0_peers() -> None:
     assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)  # all of it at once
     bus.run_until_quiescent()
     assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+
+
+def test_no_ramp_for_a_holder_with_few_stage_0_peers() -> None:
+    """A holder with fewer than NARROW_RAMP_HOPS stage-0 peers sends all its demand at once (its
+    steps would all take the same few first hops, and a step cannot take back what one before it
+    routed), and the flow is the exact maximum."""
+    inst = random_instance(3 * 16, 16, 1, seed=6)
+    bus = MessageBus(inst, seed=6)
+    holder = bus.agents[inst.holders[0].id]
+    assert len(inst.peers_of(0)) < NARROW_RAMP_HOPS
+    while not holder.ready:
+        bus._step()
+    assert holder.supply(holder.id) == pytest.approx(inst.holders[0].demand)  # all of it at once
+    bus.run_until_quiescent()
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
 
 
