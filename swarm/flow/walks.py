@@ -41,7 +41,6 @@ from swarm.flow.trade_notes import TradeNotes
 WALKS = 8  # walks a holder sends once its flows calm down (again after churn near it)
 WALK_WAIT = 20.0  # retry periods of calm at the holder before a walk (and between walks)
 WALK_ASKS = 4  # trades a peer on the walk asks for at once
-WALK_ROTATE = True
 WALK_REFUNDS = 8  # walks given back, one each time the last one made our worst route cheaper
 # Critical asks a peer may make in all, again after churn near it: a neighbour that sends walk after
 # walk (a bug, or a volunteer that means harm) gets no more than this many asks out of us.
@@ -71,8 +70,6 @@ class WorstWalks(TradeNotes):
     def _walk_turn(self, h: str, b: str, mates: list[str]) -> list[str]:
         """The mates d to ask this time, in turn: those not asked about b on earlier walks first
         (the same asks would get the same answers), all of them again once each was asked."""
-        if not WALK_ROTATE:
-            return mates
         asked = self._walk_asked
         fresh = [d for d in mates if (h, b, d) not in asked]
         if fresh:
