@@ -322,7 +322,7 @@ class Sender(LinkUse):
     trades = True
 
     def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
-        """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/resync.py)."""
+        """We (as a) asked d to trade our flow on one of `hops` (see swarm/flow/ask_resync.py)."""
 
     def on_traded(self) -> None:
         """An exchange we asked for was made (stage peers refund their exchange budget)."""

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from swarm.flow.ask_resync import ANSWER_WAIT
 from swarm.flow.messages import (
     Body,
-    Cancel,
     Exchange,
     ExchangeDone,
     HandOver,
@@ -60,7 +60,6 @@ def trade_price(link_limits: bool) -> float:
     return LINK_LIMITED_PRICE if link_limits else WORST_PATH_PRICE
 
 
-ANSWER_WAIT = 8.0  # retry periods before d tells a "nothing so far" (it still waits for b: `expire_exchange`)
 EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
 
@@ -397,30 +396,6 @@ class Exchanger(SwapAsks):
         else:
             moved = 0.0
         self.send(src, ExchangeDone(msg.exchange_id, h, moved, self.state()))
-
-    # ------------------------------------------------------------------ c
-    def on_moved(self, src: str, msg: Moved) -> None:
-        """An exchange between two of our next hops moved some of our flow from `old` to `src`."""
-        self.observe(msg.state)
-        h = msg.holder
-        # the edge to `old` moves unless one of us wrote the other off since the trade (`Moved.old_gen`)
-        old_moves = msg.old in self.next and self.same_edge(msg.old, msg.old_gen)
-        if src not in self.next or h not in self.out or src == self._fenced_src:
-            # not ours to send to (or from before we wrote src off and found it again): withdraw it
-            if h in self.out and old_moves:  # it left `old` all the same
-                self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
-                self.flows_moved()
-                self._worst_cache.clear()
-            if src != self._fenced_src:  # (a stale one: src dropped that flow when it saw us write it off)
-                self.send(src, Cancel(h, msg.rate, self._new_id()), reliable=False)
-            return
-        self.out[h][src] = self.out[h].get(src, 0.0) + msg.rate
-        self.flows_moved()
-        if old_moves:  # (unless we already wrote that hop off; may dip below zero
-            # while our offer to it is unanswered: its reply adds what it accepted)
-            self.out[h][msg.old] = self.out[h].get(msg.old, 0.0) - msg.rate
-            self.flows_moved()
-        self._worst_cache.clear()
 
 
 def _rise(

@@ -59,6 +59,10 @@ class _HandOff:
 # seed 0, two message timings) max path within 5% on 19 / 15 -> 19 / 16 of 30, mean path within 10%
 # on 23 / 25 -> 24 / 26, messages per peer 569 / 570 -> 574 / 570 (README: "sink hand-overs").
 LAST_STAGE_HAND_OVERS = True
+# What a hand-over of a holder's own flow must save (GAIN_S for others). A holder asks only on its
+# worst-path walks, so few such hand-overs happen; a small one can put the flow on a stage-0 peer
+# from which an exchange then pays (swarm/flow/holder_hand_overs.py).
+HOLDER_GAIN_S = 0.001
 
 
 class HandOvers(Exchanger):
@@ -215,6 +219,7 @@ class HandOvers(Exchanger):
         except Exception:  # noqa: BLE001 - a or d left the instance
             return None
         up_a = msg.arrival
+        gain = HOLDER_GAIN_S if a in self.holders else GAIN_S  # (see holder_hand_overs.py)
         best: tuple[float, str] | None = None
         for z, r in self.out[h].items():
             sink = self.last and z == h  # (the sink's label never changes)
@@ -238,7 +243,7 @@ class HandOvers(Exchanger):
             moved = min(rate, r)
             keeps = self.movable(h, a) > moved + EPS and r > moved + EPS  # a -> us -> z stays in use
             delta, rise = ad + dz - ab - bz, max(via_d, into_z, via_b if keeps else 0.0) - before
-            pays = (delta < -GAIN_S and rise <= EPS) or (rise < -GAIN_S and delta <= -WORST_PATH_PRICE * rise)
+            pays = (delta < -gain and rise <= EPS) or (rise < -gain and delta <= -WORST_PATH_PRICE * rise)
             if pays and (best is None or delta + rise < best[0]):
                 best = (delta + rise, z)
         return best[1] if best is not None else None

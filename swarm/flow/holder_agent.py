@@ -10,10 +10,10 @@ done as a wave of news; see `Node.observe`).
 from __future__ import annotations
 
 from swarm.flow.agent import EPS, Env, Sender
-from swarm.flow.messages import Body, Cancel, CancelDone, Offer, Reply, State
+from swarm.flow.holder_hand_overs import HolderHandOvers
+from swarm.flow.messages import Body, Cancel, CancelDone, Moved, Offer, Reply, State
 from swarm.flow.node import Node
 from swarm.flow.ramp import HolderRamp
-from swarm.flow.walks import HolderWalks
 
 # A relabel epoch (see `HolderAgent.timer`) starts when, for STALL_WAIT retry periods, nothing more
 # came home and more than STUCK_SHARE of what we send is stuck in the swarm. An epoch costs a wave of
@@ -28,7 +28,7 @@ EPOCHS_WITH_SHARED_LINKS = False
 STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
 
 
-class HolderAgent(HolderWalks, HolderRamp):
+class HolderAgent(HolderHandOvers, HolderRamp):
     """Source and sink of one commodity (this holder's microbatches)."""
 
     trades = False  # improvement moves go to stage-0 peers with spare only (see `Sender.trades`)
@@ -52,6 +52,7 @@ class HolderAgent(HolderWalks, HolderRamp):
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
         self.init_walks()
+        self.init_holder_hand_overs()
         self.init_ramp()
 
     def supply(self, h: str) -> float:
@@ -122,7 +123,9 @@ class HolderAgent(HolderWalks, HolderRamp):
     def handle(self, src: str, body: Body) -> None:
         if self.dispatch_sender(src, body):
             return
-        if isinstance(body, Offer):  # as the sink: everything of our own commodity comes home
+        if isinstance(body, Moved):  # a hand-over we asked for, answered after "nothing so far"
+            self.on_moved(src, body)
+        elif isinstance(body, Offer):  # as the sink: everything of our own commodity comes home
             ok = body.holder == self.id and src in self.prev
             room = self.edge_cap(src, self.id) - self.sink_in.get(src, 0.0)
             accepted = max(0.0, min(body.rate, room)) if ok else 0.0

@@ -44,7 +44,7 @@ FENCED = (Offer, Reply, Cancel, CancelDone, Return, HandOff, HandOffDone)
 # ... and the trade answers that settle flow on them (held from a node we consider gone, see receive)
 EDGE_NEWS = (*FENCED, Moved, Traded, Resynced)
 # Retry periods a message to a stage mate thought gone is kept to send again (`stop_resending`): as
-# long as asks and moves are remembered for resyncs (RESYNC_KEEP in swarm/flow/resync.py).
+# long as asks and moves are remembered for resyncs (RESYNC_KEEP in swarm/flow/ask_resync.py).
 PARKED_KEEP = 32.0
 
 

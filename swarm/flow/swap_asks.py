@@ -7,6 +7,7 @@ trade one of its in-flows for our flow on b.
 from __future__ import annotations
 
 from swarm.flow.ask_budget import SWAP_BATCH, SWAP_REFUND, SWAP_REFUND_MAX, swap_budget
+from swarm.flow.ask_resync import AskResyncs
 from swarm.flow.messages import Offer, SwapOption
 from swarm.flow.news import EPS
 from swarm.flow.path_news import PathNews
@@ -21,7 +22,7 @@ GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to 
 WIDE_ASKS = 4
 
 
-class SwapAsks(PathNews):
+class SwapAsks(PathNews, AskResyncs):
     """The exchange initiator a: when to ask, whom, for which hops; refunds for trades made."""
 
     def init_swap_asks(self) -> None:

@@ -19,7 +19,7 @@ Roles and messages (best effort, a walk moves no flow by itself):
   mates d of b whose route onwards is cheaper for a trade (`Offer.critical`), then passes the walk
   on to b. The asked d takes a trade when the most expensive path through the four edges gets
   cheaper by more than GAIN_S, even if the edges cost more.
-- Walk after walk, a peer asks those mates in turn (`_walk_turn`): the ones it has not yet asked
+- Walk after walk, a peer asks those mates in turn (`in_turn`): the ones it has not yet asked
   about b first. The cheapest routes onwards are not the trades that pay (d also needs a partner
   whose new path through b stays cheap), and the same four asks on every walk got the same four
   refusals. On the whole range (4-16 x 3-30, seeds 0 / 1 / 2) max path within 5% of the min-cost
@@ -47,6 +47,16 @@ WALK_REFUNDS = 8  # walks given back, one each time the last one made our worst 
 WALK_ASK_BUDGET = 2 * WALKS * WALK_ASKS
 
 
+def in_turn(asked: set[tuple[str, str, str]], h: str, b: str, mates: list[str]) -> list[str]:
+    """The mates d to ask about hop b this time, in turn: those not in `asked` (asked on earlier
+    walks) first, since the same asks would get the same answers; all again once each was asked."""
+    fresh = [d for d in mates if (h, b, d) not in asked]
+    if fresh:
+        return fresh
+    asked.difference_update((h, b, d) for d in mates)
+    return mates
+
+
 def walks_here(node: Sender) -> bool:
     """Whether this node takes part in walks (`ask_budget.walks_allowed`: not with limited links,
     not with more than WIDE_WALK_HOPS next hops)."""
@@ -57,7 +67,7 @@ class WorstWalks(TradeNotes):
     """A stage peer on a holder's worst-path walk."""
 
     walk_asks_left: int = WALK_ASK_BUDGET
-    _walk_asked: set[tuple[str, str, str]]  # (holder, b, d) asked on earlier walks (`_walk_turn`)
+    _walk_asked: set[tuple[str, str, str]]  # (holder, b, d) asked on earlier walks (`in_turn`)
 
     def init_worst_walks(self) -> None:
         self._walk_asked = set()
@@ -66,16 +76,6 @@ class WorstWalks(TradeNotes):
         super().reset_exchanges()
         self.walk_asks_left = WALK_ASK_BUDGET
         self._walk_asked = set()
-
-    def _walk_turn(self, h: str, b: str, mates: list[str]) -> list[str]:
-        """The mates d to ask this time, in turn: those not asked about b on earlier walks first
-        (the same asks would get the same answers), all of them again once each was asked."""
-        asked = self._walk_asked
-        fresh = [d for d in mates if (h, b, d) not in asked]
-        if fresh:
-            return fresh
-        asked.difference_update((h, b, d) for d in mates)
-        return mates
 
     def on_walk(self, body: Walk) -> None:
         h = body.holder
@@ -95,7 +95,9 @@ class WorstWalks(TradeNotes):
                 and self.view_label(d, h) <= top
                 and (here := self.link(d) + self.worst_of(h, d)) < there - GAIN_S
             )
-            for d in self._walk_turn(h, b, [d for _, d in cheaper])[: min(WALK_ASKS, self.walk_asks_left)]:
+            for d in in_turn(self._walk_asked, h, b, [d for _, d in cheaper])[
+                : min(WALK_ASKS, self.walk_asks_left)
+            ]:
                 self.walk_asks_left -= 1
                 self._walk_asked.add((h, b, d))
                 self.ask_trade(h, d, b, [b], critical=True)
@@ -133,6 +135,10 @@ class HolderWalks(Sender):
         self._walk_worst = float("inf")
         self._walk_refunds = WALK_REFUNDS
 
+    def walk_asks(self, b: str, there: float) -> None:
+        """A walk leaves through stage-0 peer b, our dearest route onwards (`there`): the holder's
+        own asks go with it (swarm/flow/holder_hand_overs.py)."""
+
     def on_walk_timer(self) -> None:
         self._walk_armed = False
         if self._walk_key() == self._walk_mark:
@@ -149,8 +155,18 @@ class HolderWalks(Sender):
                     self._walk_refunds -= 1  # the last walk paid: this one is on the house
                     self._walks_left += 1
                 self._walk_worst = worst
+                self.walk_asks(v, worst)
                 self.send(v, Walk(h, self.link(v)), reliable=False)
         self.arm_walk()
 
 
-__all__ = ["HolderWalks", "WorstWalks", "WALKS", "WALK_ASKS", "WALK_ASK_BUDGET", "WALK_WAIT", "walks_here"]
+__all__ = [
+    "HolderWalks",
+    "WorstWalks",
+    "in_turn",
+    "WALKS",
+    "WALK_ASKS",
+    "WALK_ASK_BUDGET",
+    "WALK_WAIT",
+    "walks_here",
+]
