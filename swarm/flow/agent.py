@@ -318,7 +318,8 @@ class Sender(LinkUse):
     # Whether a full next hop could trade our flow (a swap ask). A holder's could not: the only
     # other sender of its commodity into stage 0 is itself, so there is no partner to trade with,
     # and an ask without `swap_options` never becomes a hand-over; each ask would cost a refused
-    # round trip and one of the few moves a holder gets.
+    # round trip and one of the few moves a holder gets. (A holder's hand-overs are asked on its
+    # walks instead, naming the hop: swarm/flow/holder_hand_overs.py.)
     trades = True
 
     def asked(self, oid: int, d: str, h: str, hops: tuple[str, ...]) -> None:
