@@ -27,6 +27,8 @@ Roles and messages (best effort, a walk moves no flow by itself):
   `ask_budget.WIDE_WALK_HOPS`).
 - A walk after which the holder's worst route onwards got cheaper is given back (WALK_REFUNDS in
   all), so walks go on while they pay: 81 of 90.
+- With each walk the holder asks stage-0 mates of its dearest first hop for hand-overs of its own
+  flow (`walk_asks`, swarm/flow/holder_hand_overs.py): no peer trades a holder's flow. 87 of 90.
 """
 
 from __future__ import annotations
