@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from swarm.flow.agent import Sender
-from swarm.flow.messages import Body, Cancel, Moved, Reply, Resync, Resynced
+from swarm.flow.messages import Body, Cancel, Moved, Offer, Reply, Resync, Resynced, SwapOption
 from swarm.flow.news import EPS
 
 ANSWER_WAIT = 8.0  # retry periods before d tells a "nothing so far" (it still waits for b: `expire_exchange`)
@@ -52,6 +52,30 @@ class AskResyncs(Sender):
             self.on_resynced(src, body)
             return True
         return super().dispatch_sender(src, body)
+
+    def send_trade_ask(
+        self, h: str, d: str, b: str, options: tuple[SwapOption, ...], label: int, bid: float, critical: bool
+    ) -> None:
+        """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
+        exchange or a hand-over; the ask is remembered until it is settled."""
+        rate = max(o.rate for o in options)
+        oid = self.add_offer(h, d, rate, b)
+        self._old_gen[oid] = {o.hop: o.gen for o in options}
+        self.asked(oid, d, h, tuple(o.hop for o in options))
+        worst_b = next((o.worst for o in options if o.hop == b), self.worst_of(h, b))
+        ask = Offer(
+            h,
+            rate,
+            oid,
+            label,
+            b,
+            bid=bid,
+            state=self.state(),
+            swap_worst=worst_b,
+            swap_options=options,
+            critical=critical,
+        )
+        self.send(d, ask)
 
     def _kept_since(self) -> float:
         return self.now - RESYNC_KEEP * self.env.retry_s

@@ -21,7 +21,7 @@ any peer; a mate that leaves half-way is settled by the asks remembered (`AskRes
 from __future__ import annotations
 
 from swarm.flow.ask_resync import AskResyncs
-from swarm.flow.messages import Offer, SwapOption
+from swarm.flow.messages import SwapOption
 from swarm.flow.news import EPS
 from swarm.flow.swap_asks import GAIN_S
 from swarm.flow.walks import WALK_ASKS, HolderWalks, in_turn
@@ -57,24 +57,9 @@ class HolderHandOvers(AskResyncs, HolderWalks):
         worst_b, gen_b = self.worst_of(h, b), self._gen.get(b, 0)
         for d in in_turn(self._hand_over_asked, h, b, [d for _, d in cheaper])[:WALK_ASKS]:
             self._hand_over_asked.add((h, b, d))
-            rate = min(rate_b, self.target_spare(h, d))
-            oid = self.add_offer(h, d, rate, b)
-            self.asked(oid, d, h, (b,))
-            option = SwapOption(b, rate, worst_b, gen_b)
-            ask = Offer(
-                h,
-                rate,
-                oid,
-                self.src_label,
-                b,
-                bid=self.link(d),
-                state=self.state(),
-                swap_worst=worst_b,
-                swap_options=(option,),
-                swap_gen=gen_b,
-                critical=True,
-            )
-            self.send(d, ask)
+            option = SwapOption(b, min(rate_b, self.target_spare(h, d)), worst_b, gen_b)
+            # (an ask capped at d's spare, since d takes it as a hand-over; from the holder, arrival 0)
+            self.send_trade_ask(h, d, b, (option,), self.src_label, self.link(d), critical=True)
 
 
 __all__ = ["HolderHandOvers", "HOLDER_HAND_OVERS"]

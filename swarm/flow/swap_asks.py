@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from swarm.flow.ask_budget import SWAP_BATCH, SWAP_REFUND, SWAP_REFUND_MAX, swap_budget
 from swarm.flow.ask_resync import AskResyncs
-from swarm.flow.messages import Offer, SwapOption
+from swarm.flow.messages import SwapOption
 from swarm.flow.news import EPS
 from swarm.flow.path_news import PathNews
 
@@ -130,25 +130,8 @@ class SwapAsks(PathNews, AskResyncs):
         wide = tuple(SwapOption(x, r, onwards(h, x), self._gen.get(x, 0)) for x, r in rates if r > EPS)
         if not wide:
             return False
-        rate = max(o.rate for o in wide)
-        oid = self.add_offer(h, d, rate, b)
-        self._old_gen[oid] = {o.hop: self._gen.get(o.hop, 0) for o in wide}
-        self.asked(oid, d, h, tuple(o.hop for o in wide))
         bid = self.fresh_arrival(h) + self.link(d)
-        state, label, worst_b = self.state(), self.label(h), onwards(h, b)
-        ask = Offer(
-            h,
-            rate,
-            oid,
-            label,
-            b,
-            bid=bid,
-            state=state,
-            swap_worst=worst_b,
-            swap_options=wide,
-            critical=critical,
-        )
-        self.send(d, ask)
+        self.send_trade_ask(h, d, b, wide, self.label(h), bid, critical)
         return True
 
     def _trades_with(self, h: str, d: str) -> list[tuple[float, str]]:
