@@ -85,7 +85,7 @@ def walks_allowed(improve: bool, link_limits: bool, next_hops: int = 0) -> bool:
 
 # Route costs that got dearer are told to every upstream neighbour, not only to those that send us
 # flow: a neighbour pushes its next flow by them, and the first flow of a swarm followed cheap routes
-# that had filled up (README: "The holder's ramp"). Not with limited links, where the simulator's
+# that had filled up (docs/routing.md: "The holder's ramp"). Not with limited links, where the simulator's
 # table was measured without it (and the ramp is off), nor at peers with more than
 # WIDE_DEARER_NEWS upstream neighbours, as walks.
 DEARER_NEWS_WITH_LINK_LIMITS = False

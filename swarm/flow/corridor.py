@@ -7,7 +7,7 @@ and is refused, so the corridor is never reached. Offline, greedy corridor moves
 along the worst path took whole-range misses such as 12 x 24 (seed 2, instance 15) from 1.237x the
 min-cost flow's max path to 1.055x; the protocol's probes, which judge with local figures, take it to
 1.159x, and the whole range's mean max / opt from 1.003 / 0.996 / 1.011 to 0.996 / 0.994 / 0.998
-(seeds 0 / 1 / 2), for 9% more messages (README: "Corridors").
+(seeds 0 / 1 / 2), for 9% more messages (docs/routing.md: "Corridors").
 
 Roles and messages (best effort, they move no flow by themselves):
 - The origin a (calm, exchanges done) sends a `Corridor` probe down its most expensive route onwards:

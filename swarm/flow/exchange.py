@@ -66,7 +66,7 @@ EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late
 # A trade that would lower d's label is refused (a lower label is news that spreads). But at the
 # maximum flow an idle peer of a non-bottleneck stage reaches no sink with spare, so its label sits
 # far above its upstream peers' and every ask to it was refused. An idle d has no sender to trade
-# and no news to spread but its own, so it may take a's flow over as a hand-over (README: "Idle
+# and no news to spread but its own, so it may take a's flow over as a hand-over (docs/routing.md: "Idle
 # hand-overs": with three message timings, max path within 5% on 69 -> 74 of 90 runs of the default
 # range, 45 -> 48 of the whole range).
 IDLE_HAND_OVERS = True
@@ -405,7 +405,7 @@ def _rise(
     that carry flow before and after it. `paths` are the worst paths through a -> b, c -> d, a -> d
     and c -> b. A partial trade leaves a -> b (or c -> d) in use, and its paths with it: judged as if
     they went, such trades counted a gain on the worst path that never came and added two edges each
-    (the protocol's flows used twice the edges of the min-cost flow). Counted honestly (README:
+    (the protocol's flows used twice the edges of the min-cost flow). Counted honestly (docs/routing.md:
     "Partial trades keep their paths"), on the whole range, seed 0, two message timings: max path
     within 5% 19 / 16 -> 21 / 19 of 30, mean max path / opt 1.041 / 1.059 -> 1.028 / 1.027, messages
     per peer 574 / 570 -> 511 / 500."""

@@ -3,13 +3,13 @@ its next hop.
 
 At the maximum flow the bottleneck stage is full, so no route to the sink has spare capacity and no
 improvement move is admissible; exchanges only trade two in-flows (cycles of four edges). A dear
-sliver of flow on the worst path therefore stays put: on 10 x 50 (README) the worst path runs
+sliver of flow on the worst path therefore stays put: on 10 x 50 (docs/routing.md) the worst path runs
 through 0.069 microbatches/s on s3p6 -> s4p0 -> s5p1 -> s6p1 while s4p8 and s5p0 have room.
 
 A hand-over moves a's flow u -> b -> z to b's stage mate d: a -> d -> z. z's in-flow only changes
 sender, so only b's and d's throughputs change and nothing ripples past the four peers. Chained,
 hand-overs make the longer cycles (two remove the sliver above). Offline, greedy hand-overs with
-exact path costs took the README's 10 x 50 from max path / opt 1.108 to 1.036 and 4 x 120 from
+exact path costs took docs/routing.md's 10 x 50 from max path / opt 1.108 to 1.036 and 4 x 120 from
 1.155 to 1.082.
 
 Roles: a asks d for an exchange (`Offer.swap_from` = b); when no trade pays and d has spare
@@ -57,7 +57,7 @@ class _HandOff:
 # but it took 1,000 x 16 seed 2 from 50 s to 87 s (1,062 messages per peer instead of 765).
 # Hand-overs at the last stage too (`_hand_over_to_sink`). On the whole-range sweep (4-16 x 3-30,
 # seed 0, two message timings) max path within 5% on 19 / 15 -> 19 / 16 of 30, mean path within 10%
-# on 23 / 25 -> 24 / 26, messages per peer 569 / 570 -> 574 / 570 (README: "sink hand-overs").
+# on 23 / 25 -> 24 / 26, messages per peer 569 / 570 -> 574 / 570 (docs/routing.md: "sink hand-overs").
 LAST_STAGE_HAND_OVERS = True
 # What a hand-over of a holder's own flow must save (GAIN_S for others). A holder asks only on its
 # worst-path walks, so few such hand-overs happen; a small one can put the flow on a stage-0 peer

@@ -268,7 +268,7 @@ def _number(raw: Mapping[str, Any], key: str, where: str, default: float | None 
 
 
 def instance_from_dict(raw: Any) -> Instance:
-    """Parse the documented JSON instance format (see README, "Routing instances")."""
+    """Parse the documented JSON instance format (see README, "Instance format (JSON)")."""
     if not isinstance(raw, Mapping):
         raise InstanceError("an instance must be a JSON object")
     for key in ("stages", "activation_bytes", "holders", "peers"):

@@ -8,7 +8,7 @@ so the first flow settles on slow peers near the holder, and no exchange or hand
 undoes that later. Sent in steps, with route costs told in between, each step follows the cheapest
 routes still free, as successive shortest paths do.
 
-Measured on the whole-range sweep's 12 x 24 instance (seed 2, instance 15; README: "The holder's
+Measured on the whole-range sweep's 12 x 24 instance (seed 2, instance 15; docs/routing.md: "The holder's
 ramp"): steps routed hop by hop with exact route costs give a first flow with a mean path 1.265x
 the min-cost flow's in one step, 1.047x in 4, 1.033x in 64. The protocol's first flow got there only
 once peers tell every upstream neighbour when their routes get dearer (`news.py`,

@@ -44,7 +44,7 @@ from swarm.flow.resync import Resyncs
 # so that what they applied is still known when d's note of it comes; older, c would answer d's
 # `TradeCheck` with 0). b retransmits its answers every retry period until acknowledged, so after a
 # few periods both ends have them or b is long gone. 32 periods (RESYNC_KEEP) took the 20% churn of
-# the README's 8 x 160 and 16 x 160 instances to 1,626 and 337 notes, nearly all told to an end that
+# docs/routing.md's 8 x 160 and 16 x 160 instances to 1,626 and 337 notes, nearly all told to an end that
 # had heard (62 and 5 with 8).
 NOTE_KEEP = ANSWER_WAIT
 GONE_Z_KEPT = 64  # hand-overs settled while their z was out of view, remembered to ask it again

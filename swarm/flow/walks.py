@@ -9,7 +9,7 @@ objective is that path alone (GWTF: among maximum flows, the cheapest most expen
 peer knows it is on it. The holder does, roughly: its stage-0 peers publish their worst routes on.
 Offline, from the protocol's own converged routes, greedy exchanges on the worst path with exact
 costs (`swarm/flow/polish_bound.py`) took 6 of 13 whole-range misses within 5% of the min-cost
-flow's max path with the price, 8 without it (README: "Worst-path walks").
+flow's max path with the price, 8 without it (docs/routing.md: "Worst-path walks").
 
 Roles and messages (best effort, a walk moves no flow by itself):
 - The holder, its own flows unchanged for WALK_WAIT retry periods, sends a `Walk` to the stage-0

@@ -146,7 +146,7 @@ def _peers(raw: Any, stages: int) -> tuple[int, tuple[str, ...], tuple[tuple[str
 
 
 def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
-    """Parse and validate the documented scenario format (README, "Scenario files")."""
+    """Parse and validate the documented scenario format (README, "Scenario file")."""
     raw = _keys(raw, _TOP, "scenario")
     for key in ("model", "stages", "peers"):
         if key not in raw:

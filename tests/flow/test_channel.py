@@ -194,7 +194,7 @@ class FalseDepartures:
             self.rediscover(x)
         assert bus.run_until_quiescent(max_time=300.0).quiescent
         assert violations(bus) == []
-        if len(self.inst.holders) == 1 and not self.inst.link_capacity:  # (else not exact, see README)
+        if len(self.inst.holders) == 1 and not self.inst.link_capacity:  # (else not exact: docs/routing.md)
             assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(self.inst), abs=1e-6)
 
 

@@ -119,7 +119,7 @@ def test_full_peers_swap_senders_to_reach_the_exact_maximum(per_stage: int, seed
 @SETTINGS
 def test_several_holders_stay_within_link_limits(seed: int) -> None:
     """Shared links make several holders a true multi-commodity problem: the protocol's flow is
-    feasible and at most the exact LP's (it may fall short of it; see the README)."""
+    feasible and at most the exact LP's (it may fall short of it; see docs/routing.md)."""
     base = random_instance(24, 4, 3, seed, activation_bytes=10 * 2**20)
     inst = dataclasses.replace(base, link_capacity=True)
     bus = _converge(inst, seed)

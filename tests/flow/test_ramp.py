@@ -102,7 +102,7 @@ def test_no_ramp_with_limited_links_or_without_improvement() -> None:
 
 def test_dearer_routes_are_news_for_every_upstream_neighbour() -> None:
     """A peer that sends us nothing still pushes its next flow by our route cost: it hears when the
-    route gets dearer, not only our senders (README: "The holder's ramp"); not with limited links
+    route gets dearer, not only our senders (docs/routing.md: "The holder's ramp"); not with limited links
     nor at peers with many upstream neighbours."""
     assert dearer_news_to_all(False, 20) and not dearer_news_to_all(True, 20)
     assert not dearer_news_to_all(False, WIDE_DEARER_NEWS + 1)
@@ -123,6 +123,6 @@ def test_dearer_routes_are_news_for_every_upstream_neighbour() -> None:
 
 def test_the_trade_price_stays_where_the_simulator_was_measured_with_limited_links() -> None:
     """With the ramp the first flow is near the min-cost flow's mean path, so trades may cost their
-    edges more per second saved on the worst path; not with limited links (README)."""
+    edges more per second saved on the worst path; not with limited links (docs/routing.md)."""
     assert trade_price(False) == WORST_PATH_PRICE == 0.75
     assert trade_price(True) == LINK_LIMITED_PRICE == 0.5
