@@ -144,6 +144,11 @@ def register(app: typer.Typer) -> None:
         ),
         as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of text."),
         plot: Path | None = typer.Option(None, help="Write PNG figures into this directory."),
+        plot_at: float | None = typer.Option(
+            None,
+            help="The flow-graph figure shows the first iteration that starts at or after this "
+            "simulated second (default: the middle of the run); overrides the scenario's flow_graph_at_s.",
+        ),
         list_: bool = typer.Option(False, "--list", help="List the built-in scenarios and exit."),
     ) -> None:
         """Simulate a training run and print, per router, training time, throughput, idle and wasted
@@ -167,6 +172,8 @@ def register(app: typer.Typer) -> None:
         for flag, value in (("--peers", peers), ("--stages", stages), ("--hours", hours)):
             if value is not None and not value > 0:
                 raise UserError(f"{flag} must be positive, got {value}")
+        if plot_at is not None and not 0 <= plot_at < math.inf:
+            raise UserError(f"--plot-at must be a number of simulated seconds >= 0, got {plot_at}")
         if holder_demand is not None and holder_demand not in POLICIES:
             raise UserError(f"--holder-demand must be one of {', '.join(POLICIES)}, got {holder_demand!r}")
         routers = ("gwtf", "swarm", "oracle") if router == "all" else (router,)
@@ -177,6 +184,8 @@ def register(app: typer.Typer) -> None:
                 )
                 for name in scenario
             ]
+            if plot_at is not None:  # (a figure's moment: the results do not change, the name stays)
+                scenarios = [sc.with_(flow_graph_at_s=plot_at) for sc in scenarios]
         except ScenarioError as exc:
             raise UserError(str(exc)) from None
         show_progress = sys.stderr.isatty() if progress is None else progress

@@ -54,6 +54,9 @@ class Scenario:
     averaging: str = "direct"  # how replicas exchange gradients (swarm/sim/allreduce.py)
     holder_demand: str = "all"  # what holders ask the routing for (swarm/routing/demand.py)
     link_capacity: bool = True  # the routing knows links carry at most bandwidth / activation bytes
+    # The flow-graph figure shows the first iteration that starts at or after this simulated second
+    # (None: the middle of the run, by iterations or by `max_time_s`, whichever comes first).
+    flow_graph_at_s: float | None = None
 
     def with_(self, **changes: Any) -> Scenario:
         return replace(self, **changes)
@@ -61,7 +64,7 @@ class Scenario:
 
 _TOP = {
     "name", "model", "stages", "peers", "holders", "churn", "training", "mfu", "seed", "averaging",
-    "holder_demand", "link_capacity",
+    "holder_demand", "link_capacity", "flow_graph_at_s",
 }  # fmt: skip
 GEO10 = ("Belgium", "Canada", "Germany", "Iowa", "Japan", "LA", "London", "NL", "Oregon", "Singapore")
 HETERO_MIX = {"A100-80GB": 0.1, "A100-40GB": 0.1, "L4": 0.2, "RTX-4090": 0.2, "RTX-3090": 0.2, "T4": 0.2}
@@ -184,6 +187,7 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
     link_capacity = raw.get("link_capacity", True)
     if not isinstance(link_capacity, bool):
         raise ScenarioError(f"scenario: 'link_capacity' must be true or false, got {link_capacity!r}")
+    graph_at = None if raw.get("flow_graph_at_s") is None else _float(raw, "flow_graph_at_s", "scenario")
     name = raw.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ScenarioError("scenario: 'name' must be a non-empty string")
@@ -207,6 +211,7 @@ def scenario_from_dict(raw: Any, default_name: str = "scenario") -> Scenario:
         averaging=averaging,
         holder_demand=demand,
         link_capacity=link_capacity,
+        flow_graph_at_s=graph_at,
     )
 
 

@@ -109,9 +109,15 @@ class Simulation(Faults):
         self.iter_done = 0
         self.next_mb = 0
         self.snapshot_iter = max(scenario.iterations // 2, 0)
+        # (a time-limited run may never reach its middle iteration: then half its time)
+        half_time = scenario.max_time_s / 2 if scenario.max_time_s is not None else math.inf
+        self.snapshot_at = scenario.flow_graph_at_s
+        self.snapshot_half_time = half_time
         self.param_bytes = [model.stage_param_bytes(n) for n in self.layers]
         self.stage_ready = [0.0] * self.stages  # when the stage has taken its last step
-        self._traffic: dict[tuple[str, str], int] | None = None
+        self._traffic: dict[tuple[str, str], int] | None = None  # this iteration's, while traced
+        self._traffic_due = False  # the traced iteration is the one the figure shows
+        self._fallback_snapshot: dict = {}  # the last traced iteration before that moment
         hgpu = gpu(scenario.holder_gpu)
         self.holders = [f"h{i}" for i in range(len(scenario.holder_regions))]
         for hid, region in zip(self.holders, scenario.holder_regions):
@@ -267,7 +273,10 @@ class Simulation(Faults):
 
     # ----------------------------------------------------------------- iterations
     def _start_iteration(self, now: float) -> None:
-        self._traffic = {} if self.res.iterations == self.snapshot_iter else None
+        # (every iteration until the chosen one is traced: if the run stops before that one ends,
+        # the figure shows the one running at the end, else the last one before it)
+        self._traffic = None if self.res.flow_snapshot else {}
+        self._traffic_due = self._snapshot_due(now)
         self.iter_done = 0
         self._iter_start = now
         for holder in self.holders:
@@ -278,14 +287,28 @@ class Simulation(Faults):
                 self.res.injected += 1
                 self._send_forward(mb, holder, 0, now)
 
-    def _end_iteration(self, now: float) -> None:
+    def _snapshot_due(self, now: float) -> bool:
+        """Whether the iteration starting now is the one the flow-graph figure shows."""
+        if self.snapshot_at is not None:
+            return now >= self.snapshot_at
+        return self.res.iterations >= self.snapshot_iter or now >= self.snapshot_half_time
+
+    def _take_snapshot(self, now: float, final: bool) -> None:
+        """Keep the traced iteration's traffic: as the figure's (`final`) or as a fallback."""
         if self._traffic is not None:
-            self.res.flow_snapshot = {
+            snapshot = {
                 "t": now,
                 "edges": {f"{a}>{b}": c for (a, b), c in sorted(self._traffic.items())},
                 "nodes": {n.id: [n.stage, n.region] for n in self.nodes.values() if n.alive},
             }
+            if final:
+                self.res.flow_snapshot = snapshot
+            else:
+                self._fallback_snapshot = snapshot
             self._traffic = None
+
+    def _end_iteration(self, now: float) -> None:
+        self._take_snapshot(now, final=self._traffic_due)
         last = now
         for s in range(self.stages):
             replicas = [self.nodes[p] for p in self.live[s]]
@@ -399,6 +422,9 @@ class Simulation(Faults):
     def _finish(self, end: float) -> SimResult:
         """Turn the accumulated counters into the reported metrics."""
         res = self.res
+        self._take_snapshot(end, final=True)  # (the run stopped in the middle of a traced iteration)
+        if not res.flow_snapshot:
+            res.flow_snapshot = self._fallback_snapshot
         res.training_time_s = end
         res.throughput_microbatches_s = res.completed / end if end > 0 else 0.0
         available = busy = 0.0

@@ -48,6 +48,17 @@ def test_json_output_and_figures(tmp_path) -> None:
     assert "flow-cli-small-gwtf.png" in pngs
 
 
+def test_plot_at_picks_the_flow_graphs_moment_of_a_time_limited_run(tmp_path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({**SMALL, "churn": {}}))
+    figures = tmp_path / "f"
+    out = swarm(
+        "-s", str(path), "--router", "swarm", "--hours", "0.01", "--plot", str(figures), "--plot-at", "5"
+    )
+    assert out.returncode == 0, out.stderr
+    assert (figures / "flow-cli-small_0.01h-swarm.png").stat().st_size > 0
+
+
 def test_text_output_for_two_routers(tmp_path) -> None:
     path = tmp_path / "s.toml"
     path.write_text(
@@ -81,6 +92,7 @@ def test_user_errors_are_one_line(tmp_path) -> None:
         (["--scenario", "homogeneous-single-region", "--model", "gpt-9"], "unknown model preset 'gpt-9'"),
         ([], "give a scenario"),
         (["-s", "homogeneous-single-region", "--holder-demand", "lots"], "--holder-demand must be one"),
+        (["-s", "homogeneous-single-region", "--plot-at", "-3"], "--plot-at must be a number of simulated"),
     ]
     for args, message in cases:
         out = swarm(*args)

@@ -147,3 +147,20 @@ def test_same_seed_same_run_other_seed_other_run(churny) -> None:
     assert a.summary() == b.summary() and a.completion_times == b.completion_times
     c = Simulation(churny.with_(seed=churny.seed + 1), LeastLoaded()).run()
     assert c.completion_times != a.completion_times
+
+
+def test_the_flow_graph_shows_the_chosen_moment() -> None:
+    """By default the middle iteration, or for a time-limited run the first iteration that starts
+    after half its time (here its first iteration outlasts the run: the figure shows it as it was
+    at the end); `flow_graph_at_s` picks the first iteration starting at or after it. The figure's
+    moment changes nothing else."""
+    counted = small(training={"iterations": 6, "global_batch": 24})
+    middle = Simulation(counted, LeastLoaded()).run()
+    assert middle.flow_snapshot["edges"] and middle.flow_snapshot["t"] > 0
+    timed = small(training={"iterations": 10**9, "global_batch": 24, "max_time_s": 30.0})
+    res = Simulation(timed, LeastLoaded()).run()
+    assert res.flow_snapshot["edges"] and 15.0 <= res.flow_snapshot["t"] <= 30.0
+    chosen = Simulation(counted.with_(flow_graph_at_s=0.0), LeastLoaded()).run()
+    later = Simulation(counted.with_(flow_graph_at_s=middle.flow_snapshot["t"]), LeastLoaded()).run()
+    assert chosen.flow_snapshot["t"] < middle.flow_snapshot["t"] < later.flow_snapshot["t"]
+    assert chosen.summary() == middle.summary() == later.summary()

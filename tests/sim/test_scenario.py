@@ -75,6 +75,8 @@ def test_json_and_toml_files(tmp_path) -> None:
         ({"averaging": "gossip"}, "'averaging' must be one of direct, ring, got 'gossip'"),
         ({"holder_demand": "more"}, "'holder_demand' must be one of all, adaptive, got 'more'"),
         ({"link_capacity": "yes"}, "'link_capacity' must be true or false, got 'yes'"),
+        ({"flow_graph_at_s": -5}, "'flow_graph_at_s' must be a number >= 0, got -5"),
+        ({"flow_graph_at_s": "soon"}, "'flow_graph_at_s' must be a number >= 0, got 'soon'"),
     ],
 )
 def test_bad_scenarios_say_what_is_wrong(change, message) -> None:
