@@ -54,10 +54,19 @@ class AskResyncs(Sender):
         return super().dispatch_sender(src, body)
 
     def send_trade_ask(
-        self, h: str, d: str, b: str, options: tuple[SwapOption, ...], label: int, bid: float, critical: bool
-    ) -> None:
+        self,
+        h: str,
+        d: str,
+        b: str,
+        options: tuple[SwapOption, ...],
+        label: int,
+        bid: float,
+        critical: bool,
+        plan: tuple[str, str, float] | None = None,
+    ) -> int:
         """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
-        exchange or a hand-over; the ask is remembered until it is settled."""
+        exchange or a hand-over; the ask is remembered until it is settled. `plan`: an onward swap's
+        (sender, taker, sender's arrival), see swarm/flow/onward_swaps.py. Returns the ask's id."""
         rate = max(o.rate for o in options)
         oid = self.add_offer(h, d, rate, b)
         self._old_gen[oid] = {o.hop: o.gen for o in options}
@@ -75,7 +84,10 @@ class AskResyncs(Sender):
             swap_options=options,
             critical=critical,
         )
+        if plan is not None:
+            ask = dataclasses.replace(ask, plan_sender=plan[0], plan_taker=plan[1], plan_arrival=plan[2])
         self.send(d, ask)
+        return oid
 
     def _kept_since(self) -> float:
         return self.now - RESYNC_KEEP * self.env.retry_s

@@ -21,6 +21,7 @@ the protocol's routes to within 5% of the min-cost flow's worst path on three of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from swarm.flow.ask_resync import ANSWER_WAIT
@@ -165,22 +166,22 @@ class Exchanger(SwapAsks):
                 up_c = arrival_c - cd
                 partner = movable(h, c)
                 moved = min(option.rate, msg.rate, partner, room_a)
-                rise = _rise(
-                    (up_a + ab + worst_b, up_c + cd + worst_d, up_a + ad + worst_d, up_c + cb + worst_b),
-                    sends_here,
-                    keeps_ab=option.rate > moved + EPS,
-                    keeps_cd=partner > moved + EPS,
-                )
+                paths = (up_a + ab + worst_b, up_c + cd + worst_d, up_a + ad + worst_d, up_c + cb + worst_b)
+                keeps_ab, keeps_cd = option.rate > moved + EPS, partner > moved + EPS
+                rise = _rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
                 # a trade pays when the four edges cost less and the most expensive path through
                 # them gets no dearer, or when that path gets cheaper by more than the edges get
                 # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
                 pays = (delta < -GAIN_S and rise <= EPS) or (
                     rise < -GAIN_S and (msg.critical or delta <= -price * rise)
                 )
+                if msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
+                    rise = self._plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd)
+                    pays = rise < -GAIN_S
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)
         if best is None:
-            return self.start_hand_over(a, msg)
+            return msg.plan_taker is None and self.start_hand_over(a, msg)
         _, c, option, rate = best
         b = option.hop
         if rate <= EPS:
@@ -192,6 +193,27 @@ class Exchanger(SwapAsks):
         self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id, partner_gen=gen, sender_gen=option.gen))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
+
+    def _plan_rise(
+        self,
+        msg: Offer,
+        paths: tuple[float, float, float, float],
+        worst_d: float,
+        keeps_ab: bool,
+        keeps_cd: bool,
+    ) -> float:
+        """How much dearer an onward swap makes the worst path through its edges. The exchange
+        moves the initiator's flow from b to us and c's from us to b; the hand-over after it moves
+        that flow on from the initiator to its mate y, which sends it to us. So x -> y -> us and
+        c -> b take the place of the initiator's route through b and c -> us."""
+        x, y = msg.plan_sender or "", msg.plan_taker or ""
+        try:
+            via_y = msg.plan_arrival + self.env.cost(x, y) + self.env.cost(y, self.id) + worst_d
+        except Exception:  # noqa: BLE001 - x or y left the instance: the plan cannot pay
+            return math.inf
+        via_ab, via_cd, _, via_cb = paths
+        after = max(via_y, via_cb, via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0)
+        return after - max(via_ab, via_cd)
 
     def ask_onward(self, msg: ExchangeDone) -> bool:
         """b dropped our hand-over's hand-off to z: ask z what it took over (trade notes)."""

@@ -109,7 +109,20 @@ class HandOvers(Exchanger):
         sends_here = self.inflow[h].get(a, 0.0) > EPS
         uses = tuple(sorted(v for v, r in self.out[h].items() if r > EPS))
         ask = HandOver(
-            h, rate, eid, a, up_a, label, inbound, onwards, msg.offer_id, gen, sends_here, uses, planned
+            h,
+            rate,
+            eid,
+            a,
+            up_a,
+            label,
+            inbound,
+            onwards,
+            msg.offer_id,
+            gen,
+            sends_here,
+            uses,
+            planned,
+            msg.critical,
         )
         self.send(b, ask)
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
@@ -171,6 +184,8 @@ class HandOvers(Exchanger):
             z = judge(h, a, d, msg, rate) if rate > EPS else None
         if z is None:
             self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
+            if rate > EPS:
+                self.hand_over_refused(h, a, d, msg, rate)
             return
         rate = min(rate, self.out[h][z])
         if z in self.holders:
@@ -181,6 +196,9 @@ class HandOvers(Exchanger):
         self._handing[hid] = _HandOff(d, msg.exchange_id, h, a, z, rate, msg.ask)
         # (no timer: z answers or leaves, see drop_hand_offs)
         self.send(z, HandOff(h, rate, hid, d, exchange=msg.exchange_id))
+
+    def hand_over_refused(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> None:
+        """No next hop made d's hand-over pay (see swarm/flow/onward_swaps.py)."""
 
     def _hand_over_to_sink(self, h: str, a: str, d: str, rate: float, msg: HandOver) -> None:
         """We are the last stage: z is the holder's sink, which takes everything of its own from

@@ -8,10 +8,10 @@ runs on every message a peer handles, so the forward minima are cached (see `Nod
 from __future__ import annotations
 
 from swarm.flow.news import EPS
-from swarm.flow.walks import WorstWalks
+from swarm.flow.onward_swaps import OnwardSwaps
 
 
-class PeerLabels(WorstWalks):
+class PeerLabels(OnwardSwaps):
     """Labels of a stage peer (the in-flows and `last` are the peer's)."""
 
     inflow: dict[str, dict[str, float]]

@@ -89,6 +89,12 @@ class Offer:
     # expensive used path, so a trade pays when that path through the four edges gets cheaper,
     # whatever the edges cost (GWTF's objective first).
     critical: bool = False
+    # An onward swap (swarm/flow/onward_swaps.py): once this exchange is made, our in-flow from
+    # `plan_sender` (whose route so far costs `plan_arrival`) is to move on to our mate `plan_taker`
+    # by a hand-over, so the receiver judges the two trades together.
+    plan_sender: str | None = None
+    plan_taker: str | None = None
+    plan_arrival: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,7 @@ class HandOver:
     sends_here: bool = False  # the sender already sends to d: paths over sender -> d exist already
     uses: tuple[str, ...] = ()  # d's next hops carrying the holder's flow: paths over d -> z exist
     onward: str | None = None  # a corridor step: the next hop z is planned, b judges nothing
+    critical: bool = False  # for a worst-path ask (`Offer.critical`): b may try an onward swap
 
 
 @dataclass(frozen=True)
@@ -372,6 +379,15 @@ class Walk:
 
 
 @dataclass(frozen=True)
+class OnwardHint:
+    """Our next hop made room (an onward swap, swarm/flow/onward_swaps.py): ask `taker`, its stage
+    mate, to take our flow of `holder` on it over. Best effort, it moves no flow."""
+
+    holder: str
+    taker: str
+
+
+@dataclass(frozen=True)
 class EdgesDropped:
     """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
     you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
@@ -420,6 +436,7 @@ Body = (
     | Corridor
     | CorridorPlan
     | Walk
+    | OnwardHint
     | EdgesDropped
     | Ack
 )

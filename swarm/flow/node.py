@@ -28,6 +28,7 @@ from swarm.flow.messages import (
     NeighbourGone,
     NeighbourJoined,
     Offer,
+    OnwardHint,
     Paths,
     Reply,
     Resynced,
@@ -224,6 +225,9 @@ class Node(Views):
         if isinstance(body, Walk):  # advisory: worst-path asks start from it, no push
             self.on_walk(body)
             return
+        if isinstance(body, OnwardHint):  # advisory too: an ask may start from it
+            self.on_onward_hint(envelope.src, body)
+            return
         # a trade's word from before one of us wrote the other off: our edge with src was dropped
         stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
         self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
@@ -264,6 +268,9 @@ class Node(Views):
 
     def on_walk(self, body: Walk) -> None:
         """The holder's worst-path walk (swarm/flow/walks.py); only stage peers take part."""
+
+    def on_onward_hint(self, src: str, body: OnwardHint) -> None:
+        """A next hop made room for our flow to move to its mate (swarm/flow/onward_swaps.py)."""
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

@@ -86,6 +86,7 @@ class PeerAgent(PeerBids):
         self.init_resyncs()
         self.init_trade_notes()
         self.init_worst_walks()
+        self.init_onward_swaps()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
