@@ -168,16 +168,17 @@ class Exchanger(SwapAsks):
                 moved = min(option.rate, msg.rate, partner, room_a)
                 paths = (up_a + ab + worst_b, up_c + cd + worst_d, up_a + ad + worst_d, up_c + cb + worst_b)
                 keeps_ab, keeps_cd = option.rate > moved + EPS, partner > moved + EPS
-                rise = _rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
-                # a trade pays when the four edges cost less and the most expensive path through
-                # them gets no dearer, or when that path gets cheaper by more than the edges get
-                # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
-                pays = (delta < -GAIN_S and rise <= EPS) or (
-                    rise < -GAIN_S and (msg.critical or delta <= -price * rise)
-                )
                 if msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
                     rise = self._plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd)
                     pays = rise < -GAIN_S
+                else:
+                    rise = _rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
+                    # a trade pays when the four edges cost less and the most expensive path through
+                    # them gets no dearer, or when that path gets cheaper by more than the edges get
+                    # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
+                    pays = (delta < -GAIN_S and rise <= EPS) or (
+                        rise < -GAIN_S and (msg.critical or delta <= -price * rise)
+                    )
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)
         if best is None:

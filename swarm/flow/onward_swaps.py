@@ -6,7 +6,7 @@ fed by c. Then neither trade pays alone: the hand-over makes the path dearer (a 
 exchange of b's flow on z for c's on z' (b -> z', c -> z) makes the edges dearer. Together they do
 pay: a -> d -> z' and c -> z replace a -> b -> z and c -> z'. Offline, on the whole range's seed 0
 instance 8 (8 x 6) this six-edge move takes the max path from 1.087 to 1.002 of the min-cost flow's,
-where the hand-over alone gives 1.169 and the exchange alone 1.098 (docs/routing.md, "What is left").
+where the hand-over alone gives 1.169 and the exchange alone 1.098 (docs/routing.md, "Onward swaps").
 
 The roles, all of them existing trades:
 - b, refused d's hand-over (no z pays) for a worst-path ask (`HandOver.critical`: a asked on a

@@ -110,9 +110,7 @@ class Simulation(Faults):
         self.next_mb = 0
         self.snapshot_iter = max(scenario.iterations // 2, 0)
         # (a time-limited run may never reach its middle iteration: then half its time)
-        half_time = scenario.max_time_s / 2 if scenario.max_time_s is not None else math.inf
-        self.snapshot_at = scenario.flow_graph_at_s
-        self.snapshot_half_time = half_time
+        self.snapshot_half_time = scenario.max_time_s / 2 if scenario.max_time_s is not None else math.inf
         self.param_bytes = [model.stage_param_bytes(n) for n in self.layers]
         self.stage_ready = [0.0] * self.stages  # when the stage has taken its last step
         self._traffic: dict[tuple[str, str], int] | None = None  # this iteration's, while traced
@@ -289,8 +287,8 @@ class Simulation(Faults):
 
     def _snapshot_due(self, now: float) -> bool:
         """Whether the iteration starting now is the one the flow-graph figure shows."""
-        if self.snapshot_at is not None:
-            return now >= self.snapshot_at
+        if self.sc.flow_graph_at_s is not None:
+            return now >= self.sc.flow_graph_at_s
         return self.res.iterations >= self.snapshot_iter or now >= self.snapshot_half_time
 
     def _take_snapshot(self, now: float, final: bool) -> None:
