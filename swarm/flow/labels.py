@@ -68,8 +68,11 @@ class PeerLabels(OnwardSwaps):
     def relabel(self) -> None:
         """Recompute every holder's label from the current views and in-flows (the forward minima
         are read once for all holders: with many holders this runs on every message)."""
-        fwd = self._forward_labels()
-        self._labels = {h: self._label_from(h, fwd[h]) for h in self.holders}
+        fwd, top, inflow = self._forward_labels(), self.max_label, self.inflow
+        self._labels = {
+            h: self._label_from(h, fwd[h]) if inflow[h] else (fwd[h] + 1 if fwd[h] < top else top)
+            for h in self.holders
+        }
 
     def label(self, h: str) -> int:
         return self._labels.get(h, self.max_label)

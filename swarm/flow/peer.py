@@ -159,7 +159,8 @@ class PeerAgent(PeerBids):
             cheapest = {h: cache[h] for h in holders}
         else:
             cheapest = dict.fromkeys(holders, INF)
-        worst = {h: w for h in holders if (w := self.worst(h)) is not None}
+        out = self.out  # no out-flow of h: no used route to tell (`worst` is None)
+        worst = {h: w for h in holders if out[h] and (w := self.worst(h)) is not None}
         labels, epochs = dict(self._labels), dict(self.epoch)
         return State(self.id, self.stamp(), self.spare(), labels, cheapest, worst, epochs)
 
@@ -296,7 +297,10 @@ class PeerAgent(PeerBids):
             self._return_most_expensive(over)
         busy = False
         ready = self.check_ready()
+        inflow, out, offered = self.inflow, self.out, self._offered_h
         for h in self.holders if ready else ():
+            if not inflow[h] and not out[h] and not offered.get(h):
+                continue  # none of h's flow here: no excess (most holders, with many of them)
             ex = self.excess(h)
             if ex > EPS:
                 left = self.push(h)
