@@ -405,9 +405,14 @@ class Sender(LinkUse):
             self.on_cancel_done(src, body)
         elif isinstance(body, Announce):
             self.observe(body.state)
+            if body.wave_holder:
+                self.on_wave(src, body.wave_holder, body.wave)
         else:
             return False
         return True
+
+    def on_wave(self, src: str, holder: str, wave: int) -> None:
+        """A refresh wave of `holder` reached us from `src` (swarm/flow/refresh_waves.py)."""
 
     def downstream(self) -> set[str]:
         used = {v for nexts in self.out.values() for v, r in nexts.items() if r > EPS}

@@ -101,6 +101,9 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         if token == "walk":
             self.on_walk_timer()
             return
+        if token == "wave":
+            self.on_wave_timer()
+            return
         if token == "ramp":
             if self.on_ramp_timer():
                 self.settle()

@@ -23,13 +23,14 @@ from __future__ import annotations
 from swarm.flow.ask_resync import AskResyncs
 from swarm.flow.messages import SwapOption
 from swarm.flow.news import EPS
+from swarm.flow.refresh_waves import HolderWaves
 from swarm.flow.swap_asks import GAIN_S
-from swarm.flow.walks import WALK_ASKS, HolderWalks, in_turn
+from swarm.flow.walks import WALK_ASKS, in_turn
 
 HOLDER_HAND_OVERS = True  # (False: the holder's first hops stay as push-relabel left them)
 
 
-class HolderHandOvers(AskResyncs, HolderWalks):
+class HolderHandOvers(AskResyncs, HolderWaves):
     """The holder as the initiator a of hand-overs of its own flow (a part of `HolderAgent`)."""
 
     def init_holder_hand_overs(self) -> None:

@@ -307,9 +307,14 @@ class Resynced:
 
 @dataclass(frozen=True)
 class Announce:
-    """A state announcement to neighbours (sent when labels, costs or fullness change)."""
+    """A state announcement to neighbours (sent when labels, costs or fullness change).
+
+    `wave_holder` and `wave` tag the part of a refresh wave (swarm/flow/refresh_waves.py): sent
+    unasked, to every upstream neighbour, once that holder's walks are spent."""
 
     state: State
+    wave_holder: str = ""
+    wave: int = 0
 
 
 @dataclass(frozen=True)

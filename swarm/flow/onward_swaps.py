@@ -28,13 +28,14 @@ from __future__ import annotations
 
 from swarm.flow.messages import HandOver, OnwardHint, Reply, SwapOption
 from swarm.flow.news import EPS
+from swarm.flow.refresh_waves import PeerWaves
 from swarm.flow.swap_asks import GAIN_S
-from swarm.flow.walks import WALK_ASKS, WorstWalks
+from swarm.flow.walks import WALK_ASKS
 
 ONWARD_SWAPS = 8  # onward-swap asks a peer (as b) may make (again after churn near it)
 
 
-class OnwardSwaps(WorstWalks):
+class OnwardSwaps(PeerWaves):
     """b's side (the ask with its plan, the hint) and a's side (the hint) of onward swaps."""
 
     def init_onward_swaps(self) -> None:

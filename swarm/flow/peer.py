@@ -86,6 +86,7 @@ class PeerAgent(PeerBids):
         self.init_resyncs()
         self.init_trade_notes()
         self.init_worst_walks()
+        self.init_refresh_waves()
         self.init_onward_swaps()
 
     # ---------------------------------------------------------- accounting
@@ -227,6 +228,8 @@ class PeerAgent(PeerBids):
             self._polish_armed = False
         elif token.startswith("exchange:"):
             self.expire_exchange(int(token.split(":", 1)[1]))
+        elif token == "wave":
+            self.on_wave_timer()
         elif token.startswith("onward:"):
             self.onward_timeout(int(token.split(":", 1)[1]))
 

@@ -123,7 +123,10 @@ class HolderWalks(Sender):
 
     def arm_walk(self) -> None:
         """Check again in WALK_WAIT retry periods whether our flows stayed put (then walk)."""
-        if self._walk_armed or self._walks_left <= 0 or not walks_here(self):
+        if self._walk_armed or not walks_here(self):
+            return
+        if self._walks_left <= 0:
+            self.walks_spent()
             return
         self._walk_armed = True
         self._walk_mark = self._walk_key()
@@ -133,9 +136,20 @@ class HolderWalks(Sender):
         """A neighbour came or went, or our demand changed: the routes re-plan, walks may pay
         again. (Only such events renew them, never our flows moving: with limited links a trade
         can move a holder's flows, and walks would then renew themselves.)"""
+        self._fresh_walks()
+
+    def _fresh_walks(self) -> None:
         self._walks_left = WALKS
         self._walk_worst = float("inf")
         self._walk_refunds = WALK_REFUNDS
+
+    def walks_spent(self) -> None:
+        """Our walks are spent and our flows calm (swarm/flow/refresh_waves.py takes it on)."""
+
+    def walk_again(self) -> None:
+        """Walks as after churn, on fresh figures (a refresh wave came back)."""
+        self._fresh_walks()
+        self.arm_walk()
 
     def walk_asks(self, b: str, there: float) -> None:
         """A walk leaves through stage-0 peer b, our dearest route onwards (`there`): the holder's
