@@ -116,6 +116,7 @@ class HolderWalks(Sender):
         self._walk_armed = False
         self._walk_mark: tuple = ()
         self._walk_worst = float("inf")  # our worst route onwards when we sent the last walk
+        self._walks_paid = False  # a walk made our worst route onwards cheaper (since the last wave)
         self._walk_refunds = WALK_REFUNDS
 
     def _walk_key(self) -> tuple:
@@ -146,9 +147,11 @@ class HolderWalks(Sender):
     def walks_spent(self) -> None:
         """Our walks are spent and our flows calm (swarm/flow/refresh_waves.py takes it on)."""
 
-    def walk_again(self) -> None:
-        """Walks as after churn, on fresh figures (a refresh wave came back)."""
-        self._fresh_walks()
+    def walk_again(self, walks: int) -> None:
+        """`walks` more walks on fresh figures (a refresh wave came back), given back while they pay:
+        the worst route they are judged against is the one the last walk left."""
+        self._walks_left = walks
+        self._walk_refunds = WALK_REFUNDS
         self.arm_walk()
 
     def walk_asks(self, b: str, there: float) -> None:
@@ -163,11 +166,9 @@ class HolderWalks(Sender):
             used = [(self.link(v) + self.worst_of(h, v), v) for v, r in self.out[h].items() if r > EPS]
             if used:
                 worst, v = max(used)
-                if (
-                    worst < self._walk_worst - GAIN_S
-                    and self._walk_worst < float("inf")
-                    and self._walk_refunds > 0
-                ):
+                paid = worst < self._walk_worst - GAIN_S and self._walk_worst < float("inf")
+                self._walks_paid = self._walks_paid or paid
+                if paid and self._walk_refunds > 0:
                     self._walk_refunds -= 1  # the last walk paid: this one is on the house
                     self._walks_left += 1
                 self._walk_worst = worst

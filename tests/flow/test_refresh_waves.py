@@ -33,8 +33,8 @@ def tagged(sent: list[Envelope]) -> list[Envelope]:
 
 
 def test_a_wave_runs_upstream_stage_by_stage_and_the_holder_walks_again() -> None:
-    inst = random_instance(4 * 4, 4, 1, 3, 4 * 2**20)
-    bus = MessageBus(inst, seed=3)
+    inst = random_instance(4 * 4, 4, 1, 5, 4 * 2**20)
+    bus = MessageBus(inst, seed=5)
     with recorded(bus) as sent:
         stats = bus.run_until_quiescent()
     assert stats.quiescent and violations(bus) == []
@@ -42,7 +42,7 @@ def test_a_wave_runs_upstream_stage_by_stage_and_the_holder_walks_again() -> Non
     waves = tagged(sent)
     holder = inst.holders[0].id
     stage = {p.id: p.stage for p in inst.peers}
-    assert {e.body.wave for e in waves} == set(range(1, refresh_waves.REFRESHES + 1))
+    assert {e.body.wave for e in waves} == set(range(1, refresh_waves.REFRESHES + 1))  # (walks paid)
     for wave in range(1, refresh_waves.REFRESHES + 1):
         part = [e for e in waves if e.body.wave == wave]
         start = [e for e in part if e.src == holder]  # the holder starts it ...
@@ -58,6 +58,20 @@ def test_a_wave_runs_upstream_stage_by_stage_and_the_holder_walks_again() -> Non
             assert told == bus.agents[node].prev
         back = sent.index(part[-1])
         assert any(isinstance(e.body, Walk) and e.src == holder for e in sent[back:])  # walks again
+
+
+def test_no_wave_where_walks_made_nothing_cheaper() -> None:
+    """A 4 x 3 swarm at the min-cost flow's max path: walks find no trade, so no wave goes out
+    and the protocol's messages stay as they were without waves."""
+    inst = random_instance(4 * 3, 4, 1, 0, 4 * 2**20)
+    bus = MessageBus(inst, seed=0)
+    with recorded(bus) as sent:
+        bus.run_until_quiescent()
+    assert cost.max_path_cost(inst, bus.routes()) == pytest.approx(
+        cost.max_path_cost(inst, min_cost_max_flow(inst))
+    )
+    assert tagged(sent) == []
+    assert all(not a._walks_paid for a in bus.agents.values() if isinstance(a, HolderAgent))
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -78,8 +92,8 @@ def test_waves_bring_a_whole_range_miss_within_five_percent(
 
 
 def test_tagged_announcements_cross_the_codec_and_forged_ones_cost_at_most_the_relay_budget() -> None:
-    inst = random_instance(4 * 4, 4, 1, 3, 4 * 2**20)
-    bus = MessageBus(inst, seed=3)
+    inst = random_instance(4 * 4, 4, 1, 5, 4 * 2**20)
+    bus = MessageBus(inst, seed=5)
     bus.run_until_quiescent()
     holder = inst.holders[0].id
     peer = next(a for a in bus.agents.values() if isinstance(a, PeerAgent) and a.stage == 1)
@@ -102,8 +116,8 @@ def test_tagged_announcements_cross_the_codec_and_forged_ones_cost_at_most_the_r
 
 
 def test_a_holder_walks_again_only_for_its_own_wave_from_its_first_stage() -> None:
-    inst = random_instance(4 * 4, 4, 1, 3, 4 * 2**20)
-    bus = MessageBus(inst, seed=3)
+    inst = random_instance(4 * 4, 4, 1, 5, 4 * 2**20)
+    bus = MessageBus(inst, seed=5)
     bus.run_until_quiescent()
     holder = next(a for a in bus.agents.values() if isinstance(a, HolderAgent))
     first, last = sorted(holder.next)[0], sorted(holder.prev)[0]

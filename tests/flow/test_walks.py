@@ -10,11 +10,11 @@ from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
-from swarm.flow.messages import Envelope, Offer, Walk
+from swarm.flow.messages import Announce, Envelope, Offer, Walk
 from swarm.flow.news import COST_GRAIN_S, COST_REL
 from swarm.flow.path_news import PATHS_REL
 from swarm.flow.reference import max_flow_value
-from swarm.flow.refresh_waves import REFRESHES
+from swarm.flow.refresh_waves import REFRESHES, WAVE_WALKS
 from swarm.flow.walks import WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
@@ -41,8 +41,11 @@ def test_a_walk_makes_the_worst_path_trade_the_price_refused() -> None:
     assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.05
     assert cost.total_cost(inst, bus.routes()) == pytest.approx(total_before + 0.12, abs=1e-3)
     assert violations(bus) == []
-    # the walk that paid is given back once (its successor's worst route is cheaper), then it stops
-    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS + 1 <= WALKS + WALK_REFUNDS
+    # the walk that paid is given back once (its successor's worst route is cheaper), then it stops;
+    # having paid, the walks bring one refresh wave and WAVE_WALKS more walks, which pay nothing
+    waves = [e for e in sent if isinstance(e.body, Announce) and e.body.wave_holder == "h" and e.src == "h"]
+    assert {e.body.wave for e in waves} == {1}
+    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS + 1 + WAVE_WALKS
 
 
 @pytest.mark.parametrize("seed,loss", [(4, 0.0), (9, 0.05)])
