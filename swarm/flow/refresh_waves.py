@@ -96,6 +96,7 @@ class HolderWaves(HolderWalks):
     def renew_walks(self) -> None:
         super().renew_walks()
         self._waves_left = REFRESHES
+        self._wave_back = True  # (a wave lost on the way, to loss or a peer that left, is forgotten)
 
     def walks_spent(self) -> None:
         """Our walks are spent: once our flows stayed put for WALK_WAIT retry periods, a wave."""
