@@ -50,8 +50,11 @@ class PeerWaves(WorstWalks):
         self._wave_armed = False
 
     def reset_exchanges(self) -> None:
+        """Churn near us: fresh relay budgets, and any wave number counts again (a forged one far
+        ahead of its holder's would otherwise shut that holder's waves out for good)."""
         super().reset_exchanges()
         self._wave_relays = {}
+        self._wave_round = {}
 
     def on_wave(self, src: str, holder: str, wave: int) -> None:
         if src not in self.next or holder not in self.holders or not walks_here(self):

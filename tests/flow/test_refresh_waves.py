@@ -113,6 +113,11 @@ def test_tagged_announcements_cross_the_codec_and_forged_ones_cost_at_most_the_r
                 peer.on_wave_timer()
     passed = {e.body.wave for e in tagged(sent)}
     assert len(passed) == left and len(tagged(sent)) == left * len(peer.prev)
+    peer.on_wave(below, holder, 3)  # the holder's own next wave, behind the forged numbers: ignored
+    assert not peer._wave_due
+    peer.reset_exchanges()  # churn near the peer: budgets renewed, wave numbers forgotten
+    peer.on_wave(below, holder, 3)
+    assert peer._wave_due == {holder: 3}
 
 
 def test_a_holder_walks_again_only_for_its_own_wave_from_its_first_stage() -> None:
