@@ -19,8 +19,9 @@ When the wave reaches the holder again (from a stage-0 peer), the holder walks W
 and more while they pay. A wave costs about one announcement per edge.
 
 Measured on the whole range (4-16 stages x 3-30 peers, seeds 0 / 1 / 2, bus seeds s): max path
-within 5% of the min-cost flow's on 86 -> 89 of 90 for 7.0% more messages (with a wave after every
-walk series and WALKS walks after it: 89 for 9.9%); docs/routing.md, "Refresh waves".
+within 5% of the min-cost flow's on 86 -> 88 of 90 for 4.4% more messages, and 251 -> 254 of 270
+runs under three message timings (with two waves after every walk series and WALKS walks after
+each: 89 of 90 for 9.9%); docs/routing.md, "Refresh waves".
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from swarm.flow.messages import Announce
 from swarm.flow.walks import WALK_WAIT, HolderWalks, WorstWalks, walks_here
 
 # Waves a holder starts once its walks are spent (again after churn near it). Two took the whole range
-# to the same 89 of 90 under timing s, but re-convergence after churn on the 16 x 48 row of the churn
+# to 89 of 90 under timing s (one: 88), but re-convergence after churn on the 16 x 48 row of the churn
 # table (seed 6) from 134 to 251 rounds, 2.30x the first convergence's 109 (one wave: 192, 1.76x).
 REFRESHES = 1
 WAVES_AFTER_GAINS_ONLY = True  # (a wave only after walks made our worst route onwards cheaper)

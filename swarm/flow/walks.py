@@ -137,9 +137,6 @@ class HolderWalks(Sender):
         """A neighbour came or went, or our demand changed: the routes re-plan, walks may pay
         again. (Only such events renew them, never our flows moving: with limited links a trade
         can move a holder's flows, and walks would then renew themselves.)"""
-        self._fresh_walks()
-
-    def _fresh_walks(self) -> None:
         self._walks_left = WALKS
         self._walk_worst = float("inf")
         self._walk_refunds = WALK_REFUNDS
