@@ -228,7 +228,9 @@ def describe(pid: int) -> str:
 
 
 def p2pd_in(session: int) -> list[int]:
-    return sorted(in_session(session, "p2pd"))
+    """Live p2pd daemons in a session. pgrep also lists zombies: a daemon killed with its parent
+    already gone waits, dead, for init to reap it (CI once failed a teardown on one, `[Z]`)."""
+    return sorted(p for p in in_session(session, "p2pd") if alive(p))
 
 
 class Procs:
