@@ -171,11 +171,12 @@ def test_peers_killed_in_the_middle_of_trades_leave_every_edge_agreed(role: str)
                 continue  # the last peer of its stage
             kills += 1
             bus.add_peer(random_peer(bus.instance, rng, f"new{kills}"))
-        # (a bound on the tail, not a timing: the holder renews its walks after churn near it, up to
-        # WALKS + WALK_REFUNDS of them WALK_WAIT retry periods apart, 64 s here, and again after each of
-        # its REFRESHES refresh waves; with the holder's own hand-overs its worst route gets cheaper more
-        # often, so more of those walks are given back: the slowest of these 40 runs went quiet 151 s
-        # after the loop, 76 s before the waves and 52 s before the hand-overs)
+        # (a bound on the tail, not a timing: the holder renews its walks after churn near it, WALK_WAIT
+        # retry periods (4 s here) apart, WALKS of them and one more for each that paid (up to
+        # WALK_REFUNDS), and again after each of its REFRESHES refresh waves; with the holder's own
+        # hand-overs its worst route gets cheaper more often, so more of those walks are given back:
+        # the slowest of these 40 runs went quiet 151 s after the loop, 76 s before the waves and
+        # 52 s before the hand-overs)
         assert bus.run_until_quiescent(max_time=300.0).quiescent, f"seed {seed}"
         assert violations(bus) == [], f"seed {seed}"
         assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
