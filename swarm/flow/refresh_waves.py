@@ -33,7 +33,6 @@ from swarm.flow.walks import WALK_WAIT, HolderWalks, WorstWalks, walks_here
 # to 89 of 90 under timing s (one: 88), but re-convergence after churn on the 16 x 48 row of the churn
 # table (seed 6) from 134 to 251 rounds, 2.30x the first convergence's 109 (one wave: 192, 1.76x).
 REFRESHES = 1
-WAVES_AFTER_GAINS_ONLY = True  # (a wave only after walks made our worst route onwards cheaper)
 WAVE_WALKS = 2  # walks after a wave, more while they pay (`HolderWalks.walk_again`)
 WAVE_WAIT = 0.5  # retry periods a peer waits for its other next hops' part of a wave
 # Waves a peer passes on per holder (again after churn near it): a neighbour that tags announcement
@@ -104,10 +103,8 @@ class HolderWaves(HolderWalks):
 
     def walks_spent(self) -> None:
         """Our walks are spent: once our flows stayed put for WALK_WAIT retry periods, a wave."""
-        if self._wave_armed or self._waves_left <= 0 or not self._wave_back:
-            return
-        if WAVES_AFTER_GAINS_ONLY and not self._walks_paid:
-            return
+        if self._wave_armed or self._waves_left <= 0 or not self._wave_back or not self._walks_paid:
+            return  # (only after walks made our worst route onwards cheaper: see the module)
         self._wave_armed = True
         self._wave_mark = self._walk_key()
         self.env.set_timer(self.id, WALK_WAIT * self.env.retry_s, "wave")
