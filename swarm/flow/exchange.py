@@ -130,15 +130,16 @@ class Exchanger(SwapAsks):
             return False
         if msg.corridor_olds:  # a corridor step: a hand-over with a planned next hop, no trade
             return self.start_hand_over(a, msg)
+        rotation = msg.rotate_hop is not None  # (only the trade it was judged for: rotations.py)
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
-            return IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
+            return not rotation and IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
         options = msg.swap_options or (single,)
         cost, me = self.env.cost, self.id
         movable, holders = self.movable, self.holders
         partners = [c for c in self.inflow[h] if c != a and c not in holders and movable(h, c) > EPS]
         if not partners:
-            return self.start_hand_over(a, msg)
+            return not rotation and self.start_hand_over(a, msg)
         # Routes so far: a's from its bid, c's from its path news; routes onwards: b's as a heard it,
         # ours from our next hops' path news. Unknown parts count as zero.
         try:
@@ -171,6 +172,10 @@ class Exchanger(SwapAsks):
                 if msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
                     rise = self._plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd)
                     pays = rise < -GAIN_S
+                elif rotation:  # judged with the trade after it (swarm/flow/rotations.py)
+                    keeps = (keeps_ab, keeps_cd)
+                    rise = self._rotate_rise(msg, paths, c, arrival_c - cd, worst_b, moved, *keeps)
+                    pays = rise < -GAIN_S
                 else:
                     rise = _rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
                     # a trade pays when the four edges cost less and the most expensive path through
@@ -182,7 +187,9 @@ class Exchanger(SwapAsks):
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)
         if best is None:
-            return msg.plan_taker is None and self.start_hand_over(a, msg)
+            if msg.plan_taker is not None or rotation:
+                return False
+            return self.start_hand_over(a, msg) or self.ask_rotations(a, msg, up_a, ups)
         _, c, option, rate = best
         b = option.hop
         if rate <= EPS:
@@ -215,6 +222,39 @@ class Exchanger(SwapAsks):
         via_ab, via_cd, _, via_cb = paths
         after = max(via_y, via_cb, via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0)
         return after - max(via_ab, via_cd)
+
+    def _rotate_rise(
+        self,
+        msg: Offer,
+        paths: tuple[float, float, float, float],
+        g: str,
+        up_g: float,
+        worst_b: float,
+        moved: float,
+        keeps_ab: bool,
+        keeps_cd: bool,
+    ) -> float:
+        """How much dearer a rotation makes the worst path through its six edges (swarm/flow/rotations.py).
+        This exchange moves the initiator's flow from b to us and our partner g's from us to b; the
+        trade after it moves the rotation's sender r from its hop x to b, and g's flow from b to x.
+        So the initiator -> us, r -> b and g -> x take the place of the initiator -> b, g -> us and
+        r -> x."""
+        r, x, b = msg.rotate_sender or "", msg.rotate_hop or "", msg.swap_from or ""
+        try:
+            via_rx = msg.rotate_arrival + self.env.cost(r, x) + msg.rotate_worst
+            via_rb = msg.rotate_arrival + self.env.cost(r, b) + worst_b
+            via_gx = up_g + self.env.cost(g, x) + msg.rotate_worst
+        except Exception:  # noqa: BLE001 - r, x or g left the instance: the rotation cannot pay
+            return math.inf
+        via_ab, via_cd, via_ad, _ = paths
+        kept = [via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0]
+        kept.append(via_rx if msg.rotate_rate > moved + EPS else 0.0)
+        return max(via_ad, via_rb, via_gx, *kept) - max(via_ab, via_cd, via_rx)
+
+    def ask_rotations(self, a: str, msg: Offer, up_a: float, ups: list[tuple[str, float, float]]) -> bool:
+        """No trade pays for a's worst-path ask: ask our senders for rotations (swarm/flow/rotations.py).
+        Returns False: a's ask is refused all the same."""
+        return False
 
     def ask_onward(self, msg: ExchangeDone) -> bool:
         """b dropped our hand-over's hand-off to z: ask z what it took over (trade notes)."""

@@ -8,10 +8,10 @@ runs on every message a peer handles, so the forward minima are cached (see `Nod
 from __future__ import annotations
 
 from swarm.flow.news import EPS
-from swarm.flow.onward_swaps import OnwardSwaps
+from swarm.flow.rotations import Rotations
 
 
-class PeerLabels(OnwardSwaps):
+class PeerLabels(Rotations):
     """Labels of a stage peer (the in-flows and `last` are the peer's)."""
 
     inflow: dict[str, dict[str, float]]

@@ -95,6 +95,14 @@ class Offer:
     plan_sender: str | None = None
     plan_taker: str | None = None
     plan_arrival: float = 0.0
+    # A rotation (swarm/flow/rotations.py): once this exchange is made, `rotate_sender`'s flow
+    # (route so far `rotate_arrival`, `rotate_rate` of it) on `rotate_hop` (worst route onwards
+    # `rotate_worst`) is to move to `swap_from`, and the receiver's partner on to `rotate_hop`.
+    rotate_sender: str | None = None
+    rotate_arrival: float = 0.0
+    rotate_hop: str | None = None
+    rotate_worst: float = 0.0
+    rotate_rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -393,6 +401,29 @@ class OnwardHint:
 
 
 @dataclass(frozen=True)
+class RotateAsk:
+    """A rotation (swarm/flow/rotations.py): `sender`'s flow of `holder` (`rate`, route so far
+    `arrival`) on our mate `hop` (worst route onwards `worst`) would come to us if your flow on us
+    moved to another mate of ours whose sender moved to `hop`: ask for that trade. Best effort."""
+
+    holder: str
+    sender: str
+    arrival: float
+    hop: str
+    worst: float
+    rate: float
+
+
+@dataclass(frozen=True)
+class RotateHint:
+    """A rotation made room here: ask us again to take your flow of `holder` on our mate `hop`
+    over (swarm/flow/rotations.py). Best effort, it moves no flow."""
+
+    holder: str
+    hop: str
+
+
+@dataclass(frozen=True)
 class EdgesDropped:
     """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
     you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
@@ -442,6 +473,8 @@ Body = (
     | CorridorPlan
     | Walk
     | OnwardHint
+    | RotateAsk
+    | RotateHint
     | EdgesDropped
     | Ack
 )

@@ -33,6 +33,8 @@ from swarm.flow.messages import (
     Reply,
     Resynced,
     Return,
+    RotateAsk,
+    RotateHint,
     State,
     Traded,
     Walk,
@@ -228,6 +230,9 @@ class Node(Views):
         if isinstance(body, OnwardHint):  # advisory too: an ask may start from it
             self.on_onward_hint(envelope.src, body)
             return
+        if isinstance(body, (RotateAsk, RotateHint)):  # advisory too: asks may start from them
+            self.on_rotation(envelope.src, body)
+            return
         # a trade's word from before one of us wrote the other off: our edge with src was dropped
         stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
         self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
@@ -271,6 +276,9 @@ class Node(Views):
 
     def on_onward_hint(self, src: str, body: OnwardHint) -> None:
         """A next hop made room for our flow to move to its mate (swarm/flow/onward_swaps.py)."""
+
+    def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:
+        """A rotation's ask or hint from a next hop (swarm/flow/rotations.py)."""
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

@@ -88,6 +88,7 @@ class PeerAgent(PeerBids):
         self.init_worst_walks()
         self.init_refresh_waves()
         self.init_onward_swaps()
+        self.init_rotations()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
