@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from swarm.flow.check import violations
 from swarm.flow.instance import HolderSpec, Instance, Link, PeerSpec
 
 
@@ -32,3 +35,23 @@ def explicit(
 def diamond() -> Instance:
     """h -> {a (cap 2), b (cap 3)} -> c (cap 4) -> h, demand 10: the flow is 4, stage 1 limits it."""
     return explicit(2, [("a", 0, 2.0, 0.1), ("b", 0, 3.0, 0.3), ("c", 1, 4.0, 0.1)], [("h", 10.0)])
+
+
+def settle_flows_set_by_hand(bus: Any, holder: Any, peers: dict[str, Any]) -> None:
+    """After a test set `peers`' flows by hand: no moves but a walk's (budgets at 0, the holder's
+    walks spent), every peer told its neighbours' states, and the bus run quiet without violations."""
+    holder.budget = holder._walks_left = 0
+    for agent in peers.values():
+        agent._worst_cache.clear()
+        agent._swap_tried.clear()
+        agent.now = bus.now
+        agent.swap_budget = agent.budget = agent.corridor_budget = 0
+    for agent in peers.values():
+        for other in sorted(agent.prev | agent.next):
+            if other in peers:
+                agent.observe(peers[other].state())
+    for agent in peers.values():
+        agent.disturbed()
+        agent.settle()
+    bus.run_until_quiescent()
+    assert violations(bus) == []

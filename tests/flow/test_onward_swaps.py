@@ -17,7 +17,7 @@ from swarm.flow.messages import Envelope, Exchange, HandOver, Offer, OnwardHint,
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 from swarm.routing.codec import from_wire, to_wire
-from tests.flow.conftest import explicit
+from tests.flow.conftest import explicit, settle_flows_set_by_hand
 from tests.flow.test_exchange import recorded
 
 DEAR, MID, NEAR = Link(0.3, 1e9), Link(0.15, 1e9), Link(0.001, 1e9)
@@ -81,21 +81,7 @@ def crossed_pipelines() -> tuple[MessageBus, dict[str, PeerAgent]]:
             if v != "h":
                 p[v].inflow["h"][n] = r
     p["a"].inflow["h"], p["e"].inflow["h"], p["f"].inflow["h"] = {"h": 1.0}, {"h": 1.0}, {"h": 0.5}
-    holder.budget = holder._walks_left = 0
-    for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.now = bus.now
-        agent.swap_budget = agent.budget = agent.corridor_budget = 0  # (no moves but the walk's)
-    for agent in p.values():
-        for other in sorted(agent.prev | agent.next):
-            if other in p:
-                agent.observe(p[other].state())
-    for agent in p.values():
-        agent.disturbed()
-        agent.settle()
-    bus.run_until_quiescent()
-    assert violations(bus) == []
+    settle_flows_set_by_hand(bus, holder, p)
     assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}
     return bus, p
 

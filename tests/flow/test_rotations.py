@@ -17,7 +17,7 @@ from swarm.flow.messages import Envelope, Exchange, Offer, RotateAsk, RotateHint
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 from swarm.routing.codec import from_wire, to_wire
-from tests.flow.conftest import explicit
+from tests.flow.conftest import explicit, settle_flows_set_by_hand
 from tests.flow.test_exchange import recorded
 
 DEAR, MID, NEAR = Link(0.3, 1e9), Link(0.15, 1e9), Link(0.001, 1e9)
@@ -49,21 +49,7 @@ def three_pairs() -> tuple[MessageBus, dict[str, PeerAgent]]:
     for u, v in (("a", "b"), ("c", "d"), ("g", "e")):
         p[u].out["h"], p[u].inflow["h"] = {v: 1.0}, {"h": 1.0}
         p[v].out["h"], p[v].inflow["h"] = {"h": 1.0}, {u: 1.0}
-    holder.budget = holder._walks_left = 0
-    for agent in p.values():
-        agent._worst_cache.clear()
-        agent._swap_tried.clear()
-        agent.now = bus.now
-        agent.swap_budget = agent.budget = agent.corridor_budget = 0  # (no moves but the walk's)
-    for agent in p.values():
-        for other in sorted(agent.prev | agent.next):
-            if other in p:
-                agent.observe(p[other].state())
-    for agent in p.values():
-        agent.disturbed()
-        agent.settle()
-    bus.run_until_quiescent()
-    assert violations(bus) == []
+    settle_flows_set_by_hand(bus, holder, p)
     assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}
     return bus, p
 
