@@ -64,12 +64,13 @@ class AskResyncs(Sender):
         critical: bool,
         plan: tuple[str, str, float] | None = None,
         rotate: tuple[str, float, str, float, float] | None = None,
+        go: bool = False,
     ) -> int:
         """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
         exchange or a hand-over; the ask is remembered until it is settled. `plan`: an onward swap's
         (sender, taker, sender's arrival), see swarm/flow/onward_swaps.py; `rotate`: a rotation's
         (sender, its arrival, its hop, that hop's worst route onwards, its rate), see
-        swarm/flow/rotations.py. Returns the ask's id."""
+        swarm/flow/rotations.py; `go`: `Offer.rotate_go`. Returns the ask's id."""
         rate = max(o.rate for o in options)
         oid = self.add_offer(h, d, rate, b)
         self._old_gen[oid] = {o.hop: o.gen for o in options}
@@ -86,6 +87,7 @@ class AskResyncs(Sender):
             swap_worst=worst_b,
             swap_options=options,
             critical=critical,
+            rotate_go=go,
         )
         if plan is not None:
             ask = dataclasses.replace(ask, plan_sender=plan[0], plan_taker=plan[1], plan_arrival=plan[2])

@@ -238,7 +238,8 @@ class Exchanger(SwapAsks):
         This exchange moves the initiator's flow from b to us and our partner g's from us to b; the
         trade after it moves the rotation's sender r from its hop x to b, and g's flow from b to x.
         So the initiator -> us, r -> b and g -> x take the place of the initiator -> b, g -> us and
-        r -> x."""
+        r -> x. This exchange alone (the initiator -> us, g -> b) may not make the worst of those
+        paths dearer: the trade after it is asked for, not promised."""
         r, x, b = msg.rotate_sender or "", msg.rotate_hop or "", msg.swap_from or ""
         try:
             via_rx = msg.rotate_arrival + self.env.cost(r, x) + msg.rotate_worst
@@ -246,10 +247,13 @@ class Exchanger(SwapAsks):
             via_gx = up_g + self.env.cost(g, x) + msg.rotate_worst
         except Exception:  # noqa: BLE001 - r, x or g left the instance: the rotation cannot pay
             return math.inf
-        via_ab, via_cd, via_ad, _ = paths
+        via_ab, via_cd, via_ad, via_cb = paths
         kept = [via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0]
+        before = max(via_ab, via_cd, via_rx)
+        if max(via_ad, via_cb, *kept) > before + EPS:
+            return math.inf  # (should the trade after it not follow, this one alone makes it dearer)
         kept.append(via_rx if msg.rotate_rate > moved + EPS else 0.0)
-        return max(via_ad, via_rb, via_gx, *kept) - max(via_ab, via_cd, via_rx)
+        return max(via_ad, via_rb, via_gx, *kept) - before
 
     def ask_rotations(self, a: str, msg: Offer, up_a: float, ups: list[tuple[str, float, float]]) -> bool:
         """No trade pays for a's worst-path ask: ask our senders for rotations (swarm/flow/rotations.py).

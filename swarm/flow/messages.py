@@ -103,6 +103,9 @@ class Offer:
     rotate_hop: str | None = None
     rotate_worst: float = 0.0
     rotate_rate: float = 0.0
+    # A worst-path ask sent once every other ask for this flow was refused and it is still on
+    # `swap_from`: if no trade pays, the receiver may ask its senders for a rotation (rotations.py).
+    rotate_go: bool = False
 
 
 @dataclass(frozen=True)

@@ -233,6 +233,8 @@ class PeerAgent(PeerBids):
             self.on_wave_timer()
         elif token.startswith("onward:"):
             self.onward_timeout(int(token.split(":", 1)[1]))
+        elif token == "rotate_go":
+            self.on_go_timer()
 
     def forget(self, node: str) -> None:
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves

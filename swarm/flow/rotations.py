@@ -12,23 +12,30 @@ seed 0 instance 8 (8 x 6, the second message timing) 1.092 -> 1.000 (exchanges a
 instance 21 (15 x 26, the second timing) 1.074 -> 1.046 (alone 1.054); docs/routing.md, "Rotations".
 
 The roles, all but two advisory messages existing trades:
-- d, refusing a's worst-path ask (`Offer.critical`), asks up to ROTATE_PARTNERS of its senders c to
-  look for a rotation (`RotateAsk`, with a's route so far, b and b's worst route onwards).
+- a, GO_WAIT retry periods after a worst-path ask for its flow on b was refused, with no ask open
+  and that flow still on b, asks the refused mate d it would gain most by once more, marked
+  `Offer.rotate_go`. (Sent at
+  once with d's refusal, a rotation often went ahead after another mate had already taken a's flow
+  over: its first exchange then made the swarm's worst path dearer for nothing.)
+- d, refusing that ask too (no partner's path through b pays, no spare capacity for a hand-over),
+  asks up to ROTATE_PARTNERS of its senders c for a rotation (`RotateAsk`, with a's route so far,
+  b and b's worst route onwards).
 - c asks up to ROTATE_MATES mates e of d whose route onwards is cheaper than a's path through b for
   an exchange of its flow on d, marked with the rotation (`Offer.rotate_*`).
 - e judges the exchange with the trade after it (`Exchanger._rotate_rise`): the paths c -> e,
-  a -> d and g -> b against c -> d, g -> e and a -> b. It makes the exchange as any other: d, as
-  the exchange's b, takes g's flow in place of c's.
-- d, seeing c's flow leave for the rotation, tells a (`RotateHint`), and a asks d again; d now
-  trades a's flow for g's by the usual rule.
+  a -> d and g -> b against c -> d, g -> e and a -> b; the exchange alone may not make the worst of
+  them dearer. It makes the exchange as any other: d, as the exchange's b, takes g's flow in place
+  of c's.
+- d, seeing c's flow leave, tells a (`RotateHint`), and a asks d again; d now trades a's flow for
+  g's by the usual rule.
 Each step settles like the trade it is when a party leaves half-way; if a's ask does not follow,
 the exchange stays (it was judged for the rotation, so the swarm is a little worse until a later
-trade). d starts at most ROTATIONS rotation asks, c's asks and a's spend their walk budget.
+trade). d starts at most ROTATIONS rotation asks; c's, a's go and a's asks spend their walk budget.
 """
 
 from __future__ import annotations
 
-from swarm.flow.messages import Exchange, Offer, RotateAsk, RotateHint, SwapOption
+from swarm.flow.messages import Exchange, Offer, Reply, RotateAsk, RotateHint, SwapOption
 from swarm.flow.news import EPS
 from swarm.flow.onward_swaps import OnwardSwaps
 from swarm.flow.swap_asks import GAIN_S
@@ -37,6 +44,7 @@ from swarm.flow.walks import walks_here
 ROTATIONS = 8  # rotation asks a peer (as d) may send (again after churn near it)
 ROTATE_PARTNERS = 2  # senders c asked per refused worst-path ask
 ROTATE_MATES = 8  # mates e each c asks for the exchange
+GO_WAIT = 2.0  # retry periods after a refused worst-path ask before a's go
 
 
 class Rotations(OnwardSwaps):
@@ -45,6 +53,9 @@ class Rotations(OnwardSwaps):
     def init_rotations(self) -> None:
         self.rotations_left = ROTATIONS
         self._rotating: dict[tuple[str, str], tuple[str, str]] = {}  # (holder, c) -> (a, b)
+        self._worst_asks: dict[int, tuple[str, str, str]] = {}  # our open worst-path asks: (h, b, d)
+        self._refused: list[tuple[str, str, str]] = []  # those refused since the last go
+        self._go_armed = False
 
     def reset_exchanges(self) -> None:
         super().reset_exchanges()
@@ -54,7 +65,7 @@ class Rotations(OnwardSwaps):
     # ------------------------------------------------------------------ d
     def ask_rotations(self, a: str, msg: Offer, up_a: float, ups: list[tuple[str, float, float]]) -> bool:
         h = msg.holder
-        if not msg.critical or self.rotations_left <= 0 or a in self.holders or not walks_here(self):
+        if not msg.rotate_go or self.rotations_left <= 0 or a in self.holders or not walks_here(self):
             return False
         option = msg.swap_options[0] if msg.swap_options else None
         b = option.hop if option is not None else msg.swap_from
@@ -87,6 +98,53 @@ class Rotations(OnwardSwaps):
         a, b = plan
         if a in self.prev:
             self.send(a, RotateHint(h, b), reliable=False)
+
+    # ------------------------------------------------------------------ a
+    def send_trade_ask(
+        self,
+        h: str,
+        d: str,
+        b: str,
+        options: tuple[SwapOption, ...],
+        label: int,
+        bid: float,
+        critical: bool,
+        plan: tuple[str, str, float] | None = None,
+        rotate: tuple[str, float, str, float, float] | None = None,
+        go: bool = False,
+    ) -> int:
+        """As `AskResyncs.send_trade_ask`; a plain worst-path ask is remembered until it is answered."""
+        oid = super().send_trade_ask(h, d, b, options, label, bid, critical, plan, rotate, go)
+        if critical and plan is None and rotate is None and not go and walks_here(self):
+            self._worst_asks = {o: ask for o, ask in self._worst_asks.items() if o in self.offers}
+            self._worst_asks[oid] = (h, b, d)
+        return oid
+
+    def on_reply(self, src: str, msg: Reply) -> None:
+        ask = None if msg.waiting else self._worst_asks.pop(msg.offer_id, None)
+        super().on_reply(src, msg)
+        if ask is not None and msg.accepted <= EPS:
+            self._refused.append(ask)
+            if not self._go_armed:  # (an onward swap's hint may be on its way: it goes first)
+                self._go_armed = True
+                self.env.set_timer(self.id, GO_WAIT * self.env.retry_s, "rotate_go")
+
+    def on_go_timer(self) -> None:
+        """Every worst-path ask refused a while ago and none open: ask the best of those mates once
+        more, marked `rotate_go`, for a flow still on its hop."""
+        self._go_armed = False
+        refused, self._refused = self._refused, []
+        if self.offers or self.cancels or self.walk_asks_left <= 0:
+            return
+        options = [
+            (self.link(d) + self.worst_of(h, d), h, b, d)
+            for h, b, d in refused
+            if h in self.holders and b in self.next and d in self.next and self.out[h].get(b, 0.0) > EPS
+        ]
+        if options:
+            _, h, b, d = min(options)
+            self.walk_asks_left -= 1
+            self.ask_trade(h, d, b, [b], critical=True, go=True)
 
     # ------------------------------------------------------------------ c and a
     def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:
@@ -134,4 +192,4 @@ class Rotations(OnwardSwaps):
             self.send_trade_ask(h, e, d, (option,), self.label(h), bid, critical=True, rotate=plan)
 
 
-__all__ = ["Rotations", "ROTATIONS", "ROTATE_PARTNERS", "ROTATE_MATES"]
+__all__ = ["Rotations", "ROTATIONS", "ROTATE_PARTNERS", "ROTATE_MATES", "GO_WAIT"]

@@ -74,6 +74,10 @@ def test_a_rotation_makes_the_trade_that_pays_only_with_it(monkeypatch: pytest.M
         assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)}
         assert cost.max_path_cost(inst, bus.routes()) == pytest.approx(worst_before)
         return
+    go = [e for e in asks if e.body.rotate_go]
+    assert go and (go[0].src, go[0].dst) == ("a", "d")  # once the plain ask was refused
+    first_rotate_ask = next(n for n, e in enumerate(sent) if isinstance(e.body, RotateAsk))
+    assert sent.index(go[0]) < first_rotate_ask  # d asks its senders only on a's go
     assert any(isinstance(e.body, RotateAsk) and (e.src, e.dst) == ("d", "c") for e in sent)
     plans = [e for e in sent if isinstance(e.body, Offer) and e.body.rotate_hop == "b"]
     assert plans and (plans[0].src, plans[0].dst, plans[0].body.rotate_sender) == ("c", "e", "a")
@@ -89,7 +93,8 @@ def test_rotation_messages_cross_the_codec_and_forged_ones_cost_at_most_the_walk
     for body in (RotateAsk("h", "a", 0.25, "b", 0.5, 1.0), RotateHint("h", "b")):
         envelope = Envelope("d", "a", -1, 1, body)
         assert from_wire(to_wire(envelope)) == envelope
-    ask = Offer("h", 1.0, 7, 2, "d", rotate_sender="a", rotate_arrival=0.25, rotate_hop="b", rotate_rate=1.0)
+    plan = dict(rotate_sender="a", rotate_arrival=0.25, rotate_hop="b", rotate_rate=1.0, rotate_go=True)
+    ask = Offer("h", 1.0, 7, 2, "d", **plan)  # type: ignore[arg-type]
     assert from_wire(to_wire(ask)) == ask
     bus, p = three_pairs()
     a, c = p["a"], p["c"]
@@ -135,3 +140,25 @@ def test_rotations_bring_a_whole_range_miss_within_five_percent(
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), rel=1e-6)
     ratio = cost.max_path_cost(inst, bus.routes()) / cost.max_path_cost(inst, min_cost_max_flow(inst))
     assert (ratio <= 1.05) == on
+
+
+def test_the_go_goes_only_for_a_flow_still_on_its_hop_with_no_ask_open() -> None:
+    """A rotation sent at once with d's refusal often went ahead after another mate had taken a's
+    flow over already, and its first exchange then made the worst path dearer for nothing."""
+    bus, p = three_pairs()
+    a = p["a"]
+    asked: list[tuple[str, str, bool]] = []
+    a.ask_trade = lambda h, d, b, hops, critical=False, go=False: asked.append((d, b, go)) or True  # type: ignore[method-assign]
+    a._refused = [("h", "b", "d")]
+    a.out["h"] = {"e": 1.0}  # another mate took our flow on b over meanwhile
+    a.on_go_timer()
+    assert asked == [] and a._refused == []
+    a.out["h"] = {"b": 1.0}
+    a._refused = [("h", "b", "d")]
+    a.offers[999] = object()  # type: ignore[assignment]  # (an ask of ours still open)
+    a.on_go_timer()
+    assert asked == []
+    del a.offers[999]
+    a._refused = [("h", "b", "e"), ("h", "b", "d")]
+    a.on_go_timer()
+    assert asked == [("d", "b", True)]  # the refused mate a gains most by (d is near a, e dear)
