@@ -102,7 +102,12 @@ class AskResyncs(Sender):
                 rotate_rate=rate,
             )
         self.send(d, ask)
+        if critical and plan is None and rotate is None and not go:
+            self.worst_ask_sent(oid, h, b, d)
         return oid
+
+    def worst_ask_sent(self, oid: int, h: str, b: str, d: str) -> None:
+        """A plain worst-path ask went out (swarm/flow/rotations.py remembers it for the go)."""
 
     def _kept_since(self) -> float:
         return self.now - RESYNC_KEEP * self.env.retry_s

@@ -100,25 +100,11 @@ class Rotations(OnwardSwaps):
             self.send(a, RotateHint(h, b), reliable=False)
 
     # ------------------------------------------------------------------ a
-    def send_trade_ask(
-        self,
-        h: str,
-        d: str,
-        b: str,
-        options: tuple[SwapOption, ...],
-        label: int,
-        bid: float,
-        critical: bool,
-        plan: tuple[str, str, float] | None = None,
-        rotate: tuple[str, float, str, float, float] | None = None,
-        go: bool = False,
-    ) -> int:
-        """As `AskResyncs.send_trade_ask`; a plain worst-path ask is remembered until it is answered."""
-        oid = super().send_trade_ask(h, d, b, options, label, bid, critical, plan, rotate, go)
-        if critical and plan is None and rotate is None and not go and walks_here(self):
+    def worst_ask_sent(self, oid: int, h: str, b: str, d: str) -> None:
+        """Remember a plain worst-path ask until it is answered."""
+        if walks_here(self):
             self._worst_asks = {o: ask for o, ask in self._worst_asks.items() if o in self.offers}
             self._worst_asks[oid] = (h, b, d)
-        return oid
 
     def on_reply(self, src: str, msg: Reply) -> None:
         ask = None if msg.waiting else self._worst_asks.pop(msg.offer_id, None)
