@@ -11,12 +11,12 @@ seed 0 instance 8 (8 x 6, the second message timing) 1.092 -> 1.000 (exchanges a
 1.086), seed 1 instance 0 (6 x 21, the third timing) 1.088 -> 1.047 (alone: no move at all), seed 2
 instance 21 (15 x 26, the second timing) 1.074 -> 1.046 (alone 1.054); docs/routing.md, "Rotations".
 
-The roles, all but two advisory messages existing trades:
+The roles, all existing trades but two advisory messages and a flag:
 - a, GO_WAIT retry periods after a worst-path ask for its flow on b was refused, with no ask open
   and that flow still on b, asks the refused mate d it would gain most by once more, marked
-  `Offer.rotate_go`. (Sent at
-  once with d's refusal, a rotation often went ahead after another mate had already taken a's flow
-  over: its first exchange then made the swarm's worst path dearer for nothing.)
+  `Offer.rotate_go`. (Sent at once with d's refusal, a rotation often went ahead after another mate
+  had already taken a's flow over: its first exchange then made the swarm's worst path dearer for
+  nothing.)
 - d, refusing that ask too (no partner's path through b pays, no spare capacity for a hand-over),
   asks up to ROTATE_PARTNERS of its senders c for a rotation (`RotateAsk`, with a's route so far,
   b and b's worst route onwards).
@@ -48,7 +48,7 @@ GO_WAIT = 2.0  # retry periods after a refused worst-path ask before a's go
 
 
 class Rotations(OnwardSwaps):
-    """d's side (the ask, the hint), c's side (the exchange asks) and a's side (the hint)."""
+    """d's side (the ask, the hint), c's side (the exchange asks) and a's side (the go, the hint)."""
 
     def init_rotations(self) -> None:
         self.rotations_left = ROTATIONS
@@ -67,17 +67,17 @@ class Rotations(OnwardSwaps):
         h = msg.holder
         if not msg.rotate_go or self.rotations_left <= 0 or a in self.holders or not walks_here(self):
             return False
-        option = msg.swap_options[0] if msg.swap_options else None
-        b = option.hop if option is not None else msg.swap_from
-        worst_b = option.worst if option is not None else (msg.swap_worst or 0.0)
+        if msg.swap_options:
+            b, worst_b, rate = msg.swap_options[0].hop, msg.swap_options[0].worst, msg.swap_options[0].rate
+        else:  # (`Exchanger.start_exchange` reads such an ask as its one hop `swap_from`)
+            b, worst_b, rate = msg.swap_from or "", msg.swap_worst or 0.0, msg.rate
         try:
-            via_ab = up_a + self.env.cost(a, b or "") + worst_b
+            via_ab = up_a + self.env.cost(a, b) + worst_b
             via_ad = up_a + self.env.cost(a, self.id) + (self.fresh_worst(h) or 0.0)
         except Exception:  # noqa: BLE001 - a or b left the instance
             return False
-        if b is None or via_ad >= via_ab - GAIN_S:
+        if via_ad >= via_ab - GAIN_S:
             return False  # (a's flow here would not make its path cheaper)
-        rate = option.rate if option is not None else msg.rate
         partners = sorted(ups, key=lambda u: -self.movable(h, u[0]))
         for c, _, _ in partners[: min(ROTATE_PARTNERS, self.rotations_left)]:
             self.rotations_left -= 1
