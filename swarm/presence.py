@@ -93,7 +93,7 @@ class Presence:
     async def refresh_view(self) -> None:
         """Re-read the stages around us: next-hop candidates and the routing agent's neighbours."""
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
-        serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(-1, self.stages)}
+        serving = {s: [r for r in peers.get(s, []) if r.serves] for s in range(-1, self.stages)}
         for records in serving.values():
             for r in records:
                 self.node.learn_addresses(r.peer_id, r.addresses)

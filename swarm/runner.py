@@ -33,7 +33,7 @@ from swarm.registry import Manifest, ProgressRecord
 from swarm.registry.view import bottleneck_stage
 from swarm.routing.demand import ALL
 from swarm.routing.live import LiveFlow
-from swarm.routing.rebalance import Move, best_move, move_delay
+from swarm.routing.rebalance import Move, move_after_others, move_delay
 from swarm.stage.server import StageServer
 from swarm.wire import WireError
 
@@ -104,7 +104,7 @@ async def choose_stage(node: SwarmNode, stages: int) -> tuple[int, str]:
     the peers' flow records), or the least published capacity before routing has run. Returns the
     stage and the figures it was chosen on (for the log)."""
     peers = await node.blocking(node.registry.get_all_peers, stages)
-    serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(stages)}
+    serving = {s: [r for r in peers.get(s, []) if r.serves] for s in range(stages)}
     ids = [r.peer_id for recs in serving.values() for r in recs]
     flows = await node.blocking(node.registry.get_flows, ids) if ids else {}
     stage = bottleneck_stage(serving, stages, flows)
@@ -188,6 +188,10 @@ async def run_volunteer(
             move = await watch_for_move(node, serving, stages, stop, rebalance_every_s)
             if move is None:
                 break
+            move = await claim_move(node, serving, stages, move)
+            if move is None:
+                on_ready(f"staying at stage {serving.part}: another peer of the swarm claimed the move first")
+                continue
             on_ready(f"moving from stage {serving.part} to stage {move.stage}: the swarm's bound rises from "
                      f"{move.bound_before:.1f} to {move.bound_after:.1f} microbatches/s")  # fmt: skip
             await leave_part(serving, stop, f"moving to stage {move.stage}")
@@ -229,16 +233,41 @@ async def watch_for_move(
     return None
 
 
+async def claim_move(node: SwarmNode, serving: Serving, stages: int, move: Move) -> Move | None:
+    """Announce the move, let other peers' announcements land, and move only if it still holds
+    with the movers ahead of us settled (swarm/routing/rebalance.py); otherwise serve on."""
+    presence = serving.presence
+    presence.update(state="moving")
+    try:
+        await presence.publish()
+    except Exception as exc:  # noqa: BLE001 - unannounced, the claim would not be seen: stay
+        log.warning("could not announce a move: %s", exc)
+        return None
+    await asyncio.sleep(VIEW_S)
+    claimed = await _move_now(node, stages)
+    if claimed is not None and claimed.stage == move.stage:
+        return claimed
+    presence.update(state="serving")
+    try:
+        await presence.publish()
+    except Exception as exc:  # noqa: BLE001 - the next refresh publishes it again
+        log.warning("could not announce staying: %s", exc)
+    return None
+
+
 async def _move_now(node: SwarmNode, stages: int) -> Move | None:
+    """The move the registry's view asks of us now: serving peers and announced movers count
+    (those that left or committed a move, "leaving", do not)."""
     try:
         peers = await node.blocking(node.registry.get_all_peers, stages)
     except Exception as exc:  # noqa: BLE001 - no view this time: do not move
         log.warning("rebalance check failed: %s", exc)
         return None
-    live = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(HOLDER_PART, stages)}
+    live = {s: [r for r in peers.get(s, []) if r.serves] for s in range(HOLDER_PART, stages)}
     demand = sum(r.capacity for r in live.pop(HOLDER_PART)) or math.inf
     capacities = {s: {r.peer_id: r.capacity for r in recs} for s, recs in live.items()}
-    return best_move(capacities, node.peer_id, demand)
+    moving = {r.peer_id for recs in live.values() for r in recs if r.state == "moving"} - {node.peer_id}
+    return move_after_others(capacities, node.peer_id, moving, demand)
 
 
 async def leave_part(

@@ -283,7 +283,7 @@ def build_state(records: RunRecords, now: float | None = None) -> tuple[dict, di
                 "stage": s,
                 "blocks": list(m.layout[s]),
                 "peers_total": len(recs),
-                "serving": sum(p.state == "serving" for p in recs),
+                "serving": sum(p.serves for p in recs),
                 "throughput": num(sum(p.throughput for p in recs)),
                 "capacity": num(sum(p.capacity for p in recs)),
                 "assigned": num(inflow.get(s, 0.0)),

@@ -73,14 +73,14 @@ class Coordinator:
 
     async def stage_members(self) -> dict[int, list[str]]:
         peers = await self.node.blocking(self.node.registry.get_all_peers, self.stages)
-        serving = {s: [r for r in peers.get(s, []) if r.state == "serving"] for s in range(self.stages)}
+        serving = {s: [r for r in peers.get(s, []) if r.serves] for s in range(self.stages)}
         self.capacity = {s: sum(r.throughput for r in recs) for s, recs in serving.items()}
         self.speed.update({r.peer_id: r.throughput for recs in serving.values() for r in recs})
         return {s: sorted(r.peer_id for r in recs) for s, recs in serving.items()}
 
     async def holders(self) -> list[str]:
         records = await self.node.blocking(self.node.registry.get_stage_peers, HOLDER_PART)
-        others = sorted(r.peer_id for r in records if r.state == "serving" and r.peer_id != self.node.peer_id)
+        others = sorted(r.peer_id for r in records if r.serves and r.peer_id != self.node.peer_id)
         return [self.node.peer_id, *others]
 
     async def wait_for_stages(self, poll_s: float = 1.0) -> dict[int, list[str]]:

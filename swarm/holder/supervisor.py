@@ -115,7 +115,7 @@ async def _repair_backward(holder, flight, key) -> None:
 async def _reexecute(holder, flight, stage: int, path: list[str], downstream: str) -> None:
     dead = path[stage + 1]
     records = await holder.node.blocking(holder.node.registry.get_stage_peers, stage)
-    candidates = sorted(r.peer_id for r in records if r.state == "serving")
+    candidates = sorted(r.peer_id for r in records if r.serves)
     replacement = choose_replacement(candidates, {dead} | {p for p in candidates if not holder.hops.alive(p)})
     if replacement is None:
         log.warning("stage %d has no live peer: microbatch %s waits for one", stage, flight.hop.key)

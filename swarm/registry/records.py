@@ -27,7 +27,8 @@ MAX_RECORD_BYTES = 256 * 1024  # a packed value (the manifest with its model con
 MAX_INT = 2**62
 
 ROLES = ("stage", "holder")
-STATES = ("loading", "serving", "waiting", "leaving")
+STATES = ("loading", "serving", "waiting", "moving", "leaving")
+SERVING_STATES = ("serving", "moving")  # "moving": a move announced, not committed; it serves on
 EVENT_KINDS = ("join", "leave", "crash", "reroute", "reexecute")
 
 
@@ -254,6 +255,11 @@ class PeerRecord(_Record):
         _choice(c, "state", self.state, STATES)
         _int(c, "iteration", self.iteration)
         _str(c, "name", self.name, empty=True)
+
+    @property
+    def serves(self) -> bool:
+        """Whether senders may route to this peer (it serves, or has only announced a move)."""
+        return self.state in SERVING_STATES
 
 
 @dataclass(frozen=True)

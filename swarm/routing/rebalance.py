@@ -7,13 +7,19 @@ never pay for a state download) and its own stage keeps at least one other repli
 waits a random delay drawn per peer (`move_delay`) and asks again before it moves, so that when
 many peers see the same shortage only the first few move and the rest see it gone (the stampede
 Petals' rebalancing suffers from); a peer that just moved stays put for `MIN_DWELL_S`.
+
+The delays alone leave a race: two peers whose delays end within one registry round trip both
+confirm before either's departure shows. So a move is claimed first: the peer announces it (state
+"moving"), waits for other announcements to land and decides again with `move_after_others`, in
+which announced movers with a smaller id go first and larger ids yield. Every claimant orders the
+same announcements the same way, so of two peers that saw one shortage exactly one moves.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 MARGIN = 0.25
@@ -54,6 +60,22 @@ def best_move(
         if after > before * (1 + margin) and (best is None or after > best.bound_after):
             best = Move(target, before, after)
     return best
+
+
+def move_after_others(
+    stage_peers: Mapping[int, Mapping[str, float]], me: str, moving: Collection[str],
+    demand: float = math.inf, margin: float = MARGIN,
+) -> Move | None:  # fmt: skip
+    """`me`'s move once the other announced movers have settled theirs: those with a smaller id
+    go first, in id order, each making its own best move on the view the ones before it left;
+    those with a larger id yield to `me` (they run this same rule and find their move gone)."""
+    view = {stage: dict(peers) for stage, peers in stage_peers.items()}
+    for other in sorted(peer for peer in moving if peer < me):
+        move = best_move(view, other, demand, margin)
+        if move is not None:
+            here = next(stage for stage, peers in view.items() if other in peers)
+            view[move.stage][other] = view[here].pop(other)
+    return best_move(view, me, demand, margin)
 
 
 def move_delay(peer_id: str, attempt: int, max_delay_s: float) -> float:

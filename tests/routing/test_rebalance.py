@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from swarm.routing.rebalance import best_move, flow_bound, move_delay
+from swarm.routing.rebalance import best_move, flow_bound, move_after_others, move_delay
 
 
 def test_a_peer_moves_from_a_crowded_stage_to_the_bottleneck() -> None:
@@ -35,6 +35,28 @@ def test_after_one_peer_moved_the_others_stay() -> None:
     assert best_move(peers, "a") is not None and best_move(peers, "b") is not None
     moved = {0: {"b": 5.0, "x": 5.0}, 1: {"c": 2.0, "a": 5.0}}
     assert best_move(moved, "b") is None
+
+
+def test_of_two_peers_claiming_one_move_exactly_one_moves() -> None:
+    """Both confirmed the same shortage before either's departure showed (the delays' race): each
+    announced its claim and sees the other's; the smaller id goes, the larger yields, whichever
+    of them decides."""
+    peers = {0: {"a": 5.0, "b": 5.0}, 1: {"c": 1.0}}
+    assert best_move(peers, "a") is not None and best_move(peers, "b") is not None
+    move = move_after_others(peers, "a", {"b"})
+    assert move is not None and move.stage == 1
+    assert move_after_others(peers, "b", {"a"}) is None  # a goes first and leaves b the last of stage 0
+
+
+def test_claims_that_all_pay_all_go_through() -> None:
+    """Four crowded replicas and a thin stage: the first two claimants by id both move (the second
+    move still pays after the first), and the other two see the gap filled."""
+    peers = {0: {"a": 5.0, "b": 5.0, "x": 5.0, "y": 5.0}, 1: {"c": 1.0}}
+    claims = {"a", "b", "x", "y"}
+    moves = {p: move_after_others(peers, p, claims - {p}) for p in sorted(claims)}
+    assert [p for p, m in moves.items() if m is not None] == ["a", "b"]
+    assert moves["b"] is not None and (moves["b"].bound_before, moves["b"].bound_after) == (6.0, 10.0)
+    assert move_after_others(peers, "x", set()) == best_move(peers, "x")  # no claims: the plain rule
 
 
 def test_move_delays_differ_between_peers_and_stay_in_range() -> None:
