@@ -10,7 +10,6 @@ import functools
 import io
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from swarm import PROTOCOL_VERSION
 from swarm.config import TrainConfig
 from swarm.holder.coordinator import Coordinator, SwarmIteration
 from swarm.holder.holder import HOLDER_PART, DataHolder
+from swarm.moving import claim_move, watch_for_move
 from swarm.node import SwarmNode
 from swarm.presence import VIEW_S, Presence, free_memory, make_record, measure_throughput
 from swarm.recovery.checkpoints import load_into, part_key, part_state_blob, read_progress, write_checkpoint
@@ -33,7 +33,6 @@ from swarm.registry import Manifest, ProgressRecord
 from swarm.registry.view import bottleneck_stage
 from swarm.routing.demand import ALL
 from swarm.routing.live import LiveFlow
-from swarm.routing.rebalance import Move, move_after_others, move_delay
 from swarm.stage.server import StageServer
 from swarm.wire import WireError
 
@@ -185,10 +184,10 @@ async def run_volunteer(
              f"from the {serving.origin}")  # fmt: skip
     try:
         while role != "holder" and rebalance_every_s > 0:
-            move = await watch_for_move(node, serving, stages, stop, rebalance_every_s)
+            move = await watch_for_move(node, stages, stop, rebalance_every_s)
             if move is None:
                 break
-            move = await claim_move(node, serving, stages, move)
+            move = await claim_move(node, serving.presence, stages, move)
             if move is None:
                 on_ready(f"staying at stage {serving.part}: another peer of the swarm claimed the move first")
                 continue
@@ -201,73 +200,6 @@ async def run_volunteer(
     finally:
         if not serving.flow.closed:  # Ctrl-C: finish or hand back what we hold, then go
             await leave_part(serving, None, "clean exit", boundary_s=LEAVE_WAIT_S)
-
-
-async def watch_for_move(
-    node: SwarmNode, serving: Serving, stages: int, stop: asyncio.Event, every_s: float
-) -> Move | None:
-    """Check the registry every `every_s`; a move must hold again after a random delay (no
-    stampede), and a peer stays at least three periods where it is (no flapping)."""
-    since = time.monotonic()
-    attempt = 0
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), every_s)
-            return None
-        except asyncio.TimeoutError:
-            pass
-        if time.monotonic() - since < 3 * every_s:
-            continue
-        move = await _move_now(node, stages)
-        if move is None:
-            continue
-        attempt += 1
-        try:
-            await asyncio.wait_for(stop.wait(), move_delay(node.peer_id, attempt, every_s))
-            return None
-        except asyncio.TimeoutError:
-            pass
-        confirmed = await _move_now(node, stages)
-        if confirmed is not None and confirmed.stage == move.stage:
-            return confirmed
-    return None
-
-
-async def claim_move(node: SwarmNode, serving: Serving, stages: int, move: Move) -> Move | None:
-    """Announce the move, let other peers' announcements land, and move only if it still holds
-    with the movers ahead of us settled (swarm/routing/rebalance.py); otherwise serve on."""
-    presence = serving.presence
-    presence.update(state="moving")
-    try:
-        await presence.publish()
-    except Exception as exc:  # noqa: BLE001 - unannounced, the claim would not be seen: stay
-        log.warning("could not announce a move: %s", exc)
-        return None
-    await asyncio.sleep(VIEW_S)
-    claimed = await _move_now(node, stages)
-    if claimed is not None and claimed.stage == move.stage:
-        return claimed
-    presence.update(state="serving")
-    try:
-        await presence.publish()
-    except Exception as exc:  # noqa: BLE001 - the next refresh publishes it again
-        log.warning("could not announce staying: %s", exc)
-    return None
-
-
-async def _move_now(node: SwarmNode, stages: int) -> Move | None:
-    """The move the registry's view asks of us now: serving peers and announced movers count
-    (those that left or committed a move, "leaving", do not)."""
-    try:
-        peers = await node.blocking(node.registry.get_all_peers, stages)
-    except Exception as exc:  # noqa: BLE001 - no view this time: do not move
-        log.warning("rebalance check failed: %s", exc)
-        return None
-    live = {s: [r for r in peers.get(s, []) if r.serves] for s in range(HOLDER_PART, stages)}
-    demand = sum(r.capacity for r in live.pop(HOLDER_PART)) or math.inf
-    capacities = {s: {r.peer_id: r.capacity for r in recs} for s, recs in live.items()}
-    moving = {r.peer_id for recs in live.values() for r in recs if r.state == "moving"} - {node.peer_id}
-    return move_after_others(capacities, node.peer_id, moving, demand)
 
 
 async def leave_part(
