@@ -42,7 +42,7 @@ from swarm.flow.swap_asks import GAIN_S
 from swarm.flow.walks import walks_here
 
 ROTATIONS = 8  # rotation asks a peer (as d) may send (again after churn near it)
-ROTATE_PARTNERS = 2  # senders c asked per refused worst-path ask
+ROTATE_PARTNERS = 4  # senders c asked per refused worst-path ask (whole range within 5%: 2 -> 256, 4 -> 257)
 ROTATE_MATES = 8  # mates e each c asks for the exchange
 GO_WAIT = 2.0  # retry periods after a refused worst-path ask before a's go
 
