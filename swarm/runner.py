@@ -189,7 +189,8 @@ async def run_volunteer(
                 break
             move = await claim_move(node, serving.presence, stages, move)
             if move is None:
-                on_ready(f"staying at stage {serving.part}: another peer of the swarm claimed the move first")
+                on_ready(f"staying at stage {serving.part}: the move no longer holds (another peer claimed "
+                         "it first, or the view changed)")  # fmt: skip
                 continue
             on_ready(f"moving from stage {serving.part} to stage {move.stage}: the swarm's bound rises from "
                      f"{move.bound_before:.1f} to {move.bound_after:.1f} microbatches/s")  # fmt: skip
