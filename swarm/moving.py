@@ -51,12 +51,15 @@ async def claim_move(node: SwarmNode, presence: Presence, stages: int, move: Mov
     """Announce the move, let other peers' announcements land, and move only if it still holds
     with the movers ahead of us settled (swarm/routing/rebalance.py); otherwise serve on."""
     presence.update(state="moving")
+    started = time.monotonic()
     try:
         await presence.publish()
     except Exception as exc:  # noqa: BLE001 - unannounced, the claim would not be seen: stay
         log.warning("could not announce a move: %s", exc)
         return None
-    await asyncio.sleep(VIEW_S)
+    # Two claimants both move only if one's commit ("leaving") reaches the registry after the
+    # other's decision; waiting twice what our own store took covers a slow registry too.
+    await asyncio.sleep(max(VIEW_S, 2 * (time.monotonic() - started)))
     claimed = await _move_now(node, stages)
     if claimed is not None and claimed.stage == move.stage:
         return claimed
