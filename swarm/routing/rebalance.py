@@ -12,7 +12,8 @@ The delays alone leave a race: two peers whose delays end within one registry ro
 confirm before either's departure shows. So a move is claimed first: the peer announces it (state
 "moving"), waits for other announcements to land and decides again with `move_after_others`, in
 which announced movers with a smaller id go first and larger ids yield. Every claimant orders the
-same announcements the same way, so of two peers that saw one shortage exactly one moves.
+same announcements the same way, so of two peers that saw one shortage and each other's claim,
+exactly one moves.
 """
 
 from __future__ import annotations
