@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -12,6 +14,11 @@ from rich.table import Table
 from cli.errors import fail
 from cli.live import LocalSwarm, run_async, setup_logging
 from swarm.config import TrainConfig
+
+
+def _carried(m) -> str:
+    """Microbatches each peer carried, peers of a stage by commas, stages by bars."""
+    return " | ".join(",".join(str(c) for c in m.per_stage[s].values()) for s in sorted(m.per_stage))
 
 
 def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
@@ -29,12 +36,40 @@ def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
     ):
         table.add_column(col)
     for m in rows[-8:]:
-        carried = " | ".join(",".join(str(c) for c in m.per_stage[s].values()) for s in sorted(m.per_stage))
+        carried = _carried(m)
         table.add_row(str(m.iteration), f"{m.loss:.4f}", f"{m.tokens / m.seconds:,.0f}", f"{m.seconds:.2f}",
                       str(m.peers), carried, f"stage {m.bottleneck_stage}", str(m.rerouted),
                       str(m.reexecuted))  # fmt: skip
     table.caption = status
     return table
+
+
+def _line(m) -> str:
+    """One iteration as a log line, for output that is not a terminal (a file, a pipe, CI)."""
+    return (f"iteration {m.iteration}  loss {m.loss:.4f}  tokens/s {m.tokens / m.seconds:,.0f}  "
+            f"s/iter {m.seconds:.2f}  peers {m.peers}  carried per stage {_carried(m)}  "
+            f"bottleneck stage {m.bottleneck_stage}  rerouted {m.rerouted}  "
+            f"re-executed {m.reexecuted}")  # fmt: skip
+
+
+@contextmanager
+def _progress(console: Console, cfg: TrainConfig, rows: list) -> Iterator[Callable[..., None]]:
+    """A live table on a terminal; elsewhere one line per iteration or status change, since a
+    redrawn table in a log file shows only its last frame, cut to 80 columns."""
+    if console.is_terminal:
+        with Live(_view(cfg, rows, "starting"), console=console, refresh_per_second=2) as live:
+            yield lambda text, m=None: live.update(_view(cfg, rows, text))
+        return
+    last = {"status": ""}
+
+    def show(text: str, m=None) -> None:
+        if m is not None:
+            console.print(_line(m), soft_wrap=True, highlight=False)
+        elif text != last["status"] and not text.endswith("microbatches in flight"):
+            console.print(text, soft_wrap=True, highlight=False)  # its iteration's line follows
+        last["status"] = text
+
+    yield show
 
 
 def train_swarm(
@@ -70,15 +105,15 @@ def train_swarm(
                     children.spawn(f"holder{k}", ["--initial-peers", maddrs[0], "--run", cfg.run_id,
                                                   "--role", "holder", "--threads", "1",
                                                   "--name", f"holder-{k}"])  # fmt: skip
-            with Live(_view(cfg, rows, "starting"), console=console, refresh_per_second=2) as live:
+            with _progress(console, cfg, rows) as show:
 
                 def status(text: str) -> None:
                     state["status"] = text
-                    live.update(_view(cfg, rows, text))
+                    show(text)
 
                 def on_iteration(m) -> None:
                     rows.append(m)
-                    live.update(_view(cfg, rows, f"iteration {m.iteration} done"))
+                    show(f"iteration {m.iteration} done", m)
 
                 train = asyncio.create_task(run_initiator(cfg, node, on_iteration=on_iteration, status=status,
                                                           save=save, metrics_out=metrics_out, resume=resume,

@@ -35,21 +35,22 @@ SHAPE = [2, 32, 64]  # microbatch, seq_len, gpt2-tiny hidden
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("live")
     before = p2pd_count()
+    # a file, not a pipe: the initiator logs a line per iteration and a pipe nobody drains fills up
+    log = open(tmp / "train.log", "w")  # noqa: SIM115 - open while the swarm runs
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "train", "--local-swarm", "4", "--stages", str(STAGES),
          "--iterations", "100000", "--model", "gpt2-tiny", "--batch-size", "8", "--microbatch-size", "2",
          "--seq-len", "32", "--run", RUN, "--log-dir", str(tmp / "logs"),
          "--metrics-out", str(tmp / "m.jsonl")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
-    maddr, lines = None, []
+    maddr = None
     deadline = time.monotonic() + 120
-    while maddr is None and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        found = re.search(r"(/ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+)", line)
+    while maddr is None and time.monotonic() < deadline and proc.poll() is None:
+        found = re.search(r"(/ip4/127\.0\.0\.1/tcp/\d+/p2p/\w+)", (tmp / "train.log").read_text())
         maddr = found.group(1) if found else None
-    assert maddr, "".join(lines)
+        time.sleep(0.2)
+    assert maddr, (tmp / "train.log").read_text()
     metrics = tmp / "m.jsonl"
     while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 2):
         time.sleep(1)
@@ -62,6 +63,7 @@ def live(tmp_path_factory):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # its volunteers follow it (parent-death signal)
             proc.wait()
+        log.close()
         assert wait_no_p2pd(before, timeout=60) <= before, "the swarm left p2pd daemons running"
 
 
