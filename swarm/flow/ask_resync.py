@@ -65,12 +65,13 @@ class AskResyncs(Sender):
         plan: tuple[str, str, float] | None = None,
         rotate: tuple[str, float, str, float, float] | None = None,
         go: bool = False,
+        late: bool = False,
     ) -> int:
         """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
         exchange or a hand-over; the ask is remembered until it is settled. `plan`: an onward swap's
         (sender, taker, sender's arrival), see swarm/flow/onward_swaps.py; `rotate`: a rotation's
         (sender, its arrival, its hop, that hop's worst route onwards, its rate), see
-        swarm/flow/rotations.py; `go`: `Offer.rotate_go`. Returns the ask's id."""
+        swarm/flow/rotations.py; `go`: `Offer.rotate_go`; `late`: `Offer.late`. Returns the ask's id."""
         rate = max(o.rate for o in options)
         oid = self.add_offer(h, d, rate, b)
         self._old_gen[oid] = {o.hop: o.gen for o in options}
@@ -87,6 +88,7 @@ class AskResyncs(Sender):
             swap_worst=worst_b,
             swap_options=options,
             critical=critical,
+            late=late,
             rotate_go=go,
         )
         if plan is not None:
@@ -103,10 +105,10 @@ class AskResyncs(Sender):
             )
         self.send(d, ask)
         if critical and plan is None and rotate is None and not go:
-            self.worst_ask_sent(oid, h, b, d)
+            self.worst_ask_sent(oid, h, b, d, late)
         return oid
 
-    def worst_ask_sent(self, oid: int, h: str, b: str, d: str) -> None:
+    def worst_ask_sent(self, oid: int, h: str, b: str, d: str, late: bool) -> None:
         """A plain worst-path ask went out (swarm/flow/rotations.py remembers it for the go)."""
 
     def _kept_since(self) -> float:

@@ -50,10 +50,23 @@ from swarm.flow.swap_asks import GAIN_S, SwapAsks
 # gives 27 / 27 / 23 (0.981 / 0.989 / 0.992) and still all 90; 0.9 gives 26 / 25 / 24; 1.0 gives
 # 26 / 27 / 26 (0.982 / 0.986 / 0.998) but one mean path at 1.101.
 WORST_PATH_PRICE = 0.75
+# A late walk's trade (swarm/flow/walks.py, LATE_WALKS) may cost its four edges at most this many
+# times what the worst path through them saves: a long series of walks otherwise buys a few ms of
+# the worst path with far dearer detours, and the mean path climbs (seed 2 instance 21 under bus
+# seeds + 1000, with 32 walks all unbounded: max / opt 1.073 -> 1.049 but mean / opt 1.086 -> 1.102).
+CRITICAL_PRICE = 3.0
 # With limited links (the simulator's swarms: several holders share them) the price stays at 0.5,
 # where the simulator's table was measured: a dearer trade for one holder's worst path moves link
 # use the other holders' flows share (as walks, `ask_budget.WALKS_WITH_LINK_LIMITS`).
 LINK_LIMITED_PRICE = 0.5
+
+
+def edge_price(msg: Offer, price: float) -> float:
+    """What an asked trade's four edges may cost per second the worst path through them saves: the
+    usual price, no bound for a worst-path walk's ask, CRITICAL_PRICE for a late walk's."""
+    if msg.critical:
+        return CRITICAL_PRICE if msg.late else math.inf
+    return price
 
 
 def trade_price(link_limits: bool) -> float:
@@ -182,7 +195,7 @@ class Exchanger(SwapAsks):
                     # them gets no dearer, or when that path gets cheaper by more than the edges get
                     # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
                     pays = (delta < -GAIN_S and rise <= EPS) or (
-                        rise < -GAIN_S and (msg.critical or delta <= -price * rise)
+                        rise < -GAIN_S and delta <= -edge_price(msg, price) * rise
                     )
                 if pays and (best is None or delta + rise < best[0]):
                     best = (delta + rise, c, option, moved)

@@ -87,8 +87,10 @@ class Offer:
     corridor_olds: tuple[str, ...] = ()
     # A worst-path ask (swarm/flow/walks.py): our edge to `swap_from` is on the holder's most
     # expensive used path, so a trade pays when that path through the four edges gets cheaper,
-    # whatever the edges cost (GWTF's objective first).
+    # whatever the edges cost (GWTF's objective first); on a late walk (`Walk.late`), only while they
+    # get dearer by at most `exchange.CRITICAL_PRICE` times what that path saves.
     critical: bool = False
+    late: bool = False
     # An onward swap (swarm/flow/onward_swaps.py): once this exchange is made, our in-flow from
     # `plan_sender` (whose route so far costs `plan_arrival`) is to move on to our mate `plan_taker`
     # by a hand-over, so the receiver judges the two trades together.
@@ -392,6 +394,7 @@ class Walk:
 
     holder: str
     arrival: float
+    late: bool = False  # a walk past the holder's first WALKS: its trades keep to CRITICAL_PRICE
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,8 @@ class Rotations(OnwardSwaps):
     def init_rotations(self) -> None:
         self.rotations_left = ROTATIONS
         self._rotating: dict[tuple[str, str], tuple[str, str]] = {}  # (holder, c) -> (a, b)
-        self._worst_asks: dict[int, tuple[str, str, str]] = {}  # our open worst-path asks: (h, b, d)
-        self._refused: list[tuple[str, str, str]] = []  # those refused since the last go
+        self._worst_asks: dict[int, tuple[str, str, str, bool]] = {}  # open worst-path asks (h, b, d, late)
+        self._refused: list[tuple[str, str, str, bool]] = []  # those refused since the last go
         self._go_armed = False
 
     def reset_exchanges(self) -> None:
@@ -100,11 +100,12 @@ class Rotations(OnwardSwaps):
             self.send(a, RotateHint(h, b), reliable=False)
 
     # ------------------------------------------------------------------ a
-    def worst_ask_sent(self, oid: int, h: str, b: str, d: str) -> None:
-        """Remember a plain worst-path ask until it is answered."""
+    def worst_ask_sent(self, oid: int, h: str, b: str, d: str, late: bool) -> None:
+        """Remember a plain worst-path ask until it is answered (`late`: asked on a late walk, and
+        so is the go after it)."""
         if walks_here(self):
             self._worst_asks = {o: ask for o, ask in self._worst_asks.items() if o in self.offers}
-            self._worst_asks[oid] = (h, b, d)
+            self._worst_asks[oid] = (h, b, d, late)
 
     def on_reply(self, src: str, msg: Reply) -> None:
         ask = None if msg.waiting else self._worst_asks.pop(msg.offer_id, None)
@@ -123,14 +124,14 @@ class Rotations(OnwardSwaps):
         if self.offers or self.cancels or self.walk_asks_left <= 0:
             return
         options = [
-            (self.link(d) + self.worst_of(h, d), h, b, d)
-            for h, b, d in refused
+            (self.link(d) + self.worst_of(h, d), h, b, d, late)
+            for h, b, d, late in refused
             if h in self.holders and b in self.next and d in self.next and self.out[h].get(b, 0.0) > EPS
         ]
         if options:
-            _, h, b, d = min(options)
+            _, h, b, d, late = min(options)
             self.walk_asks_left -= 1
-            self.ask_trade(h, d, b, [b], critical=True, go=True)
+            self.ask_trade(h, d, b, [b], critical=True, go=True, late=late)
 
     # ------------------------------------------------------------------ c and a
     def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:

@@ -123,17 +123,24 @@ class SwapAsks(PathNews, AskResyncs):
         return bool(asked)
 
     def ask_trade(
-        self, h: str, d: str, b: str, hops: list[str], critical: bool = False, go: bool = False
+        self,
+        h: str,
+        d: str,
+        b: str,
+        hops: list[str],
+        critical: bool = False,
+        go: bool = False,
+        late: bool = False,
     ) -> bool:
         """Ask d to trade one of its in-flows for our flow on one of `hops` (b the best of them);
-        False when d has no room for any of it. `go`: `Offer.rotate_go`."""
+        False when d has no room for any of it. `go`: `Offer.rotate_go`; `late`: `Offer.late`."""
         room, onwards = self.room(d), self.worst_of
         rates = [(x, min(self.out[h].get(x, 0.0), room)) for x in hops]
         wide = tuple(SwapOption(x, r, onwards(h, x), self._gen.get(x, 0)) for x, r in rates if r > EPS)
         if not wide:
             return False
         bid = self.fresh_arrival(h) + self.link(d)
-        self.send_trade_ask(h, d, b, wide, self.label(h), bid, critical, go=go)
+        self.send_trade_ask(h, d, b, wide, self.label(h), bid, critical, go=go, late=late)
         return True
 
     def _trades_with(self, h: str, d: str) -> list[tuple[float, str]]:

@@ -32,6 +32,12 @@ Roles and messages (best effort, a walk moves no flow by itself):
   ends at 1.041 (docs/routing.md: "More refunds for walks that pay").
 - With each walk the holder asks stage-0 mates of its dearest first hop for hand-overs of its own
   flow (`walk_asks`, swarm/flow/holder_hand_overs.py): no peer trades a holder's flow. 87 of 90.
+- Once those walks are spent, LATE_WALKS more go, marked `Walk.late`. A walk that pays nothing can
+  come before one that does: each peer asks its mates in turn, and a wide stage takes several walks
+  to ask each once. A late walk's trades may make their edges dearer by at most CRITICAL_PRICE
+  (swarm/flow/exchange.py) times what the worst path saves: unbounded, the long series bought a few
+  ms of worst path with far dearer detours, and a mean path went past 1.10 of the min-cost flow's
+  (docs/routing.md: "Late walks").
 """
 
 from __future__ import annotations
@@ -47,9 +53,10 @@ WALKS = 8  # walks a holder sends once its flows calm down (again after churn ne
 WALK_WAIT = 20.0  # retry periods of calm at the holder before a walk (and between walks)
 WALK_ASKS = 4  # trades a peer on the walk asks for at once
 WALK_REFUNDS = 64  # walks given back, one each time the last one made our worst route cheaper
+LATE_WALKS = 24  # late walks once those are spent (again after churn near the holder), see below
 # Critical asks a peer may make in all, again after churn near it: a neighbour that sends walk after
 # walk (a bug, or a volunteer that means harm) gets no more than this many asks out of us.
-WALK_ASK_BUDGET = 2 * WALKS * WALK_ASKS
+WALK_ASK_BUDGET = 2 * (WALKS + LATE_WALKS) * WALK_ASKS
 
 
 def in_turn(asked: set[tuple[str, str, str]], h: str, b: str, mates: list[str]) -> list[str]:
@@ -105,8 +112,8 @@ class WorstWalks(TradeNotes):
             ]:
                 self.walk_asks_left -= 1
                 self._walk_asked.add((h, b, d))
-                self.ask_trade(h, d, b, [b], critical=True)
-        self.send(b, Walk(h, body.arrival + self.link(b)), reliable=False)
+                self.ask_trade(h, d, b, [b], critical=True, late=body.late)
+        self.send(b, Walk(h, body.arrival + self.link(b), body.late), reliable=False)
 
 
 class HolderWalks(Sender):
@@ -121,6 +128,8 @@ class HolderWalks(Sender):
         self._walk_worst = float("inf")  # our worst route onwards when we sent the last walk
         self._walks_paid = False  # a walk made our worst route onwards cheaper (since the last wave)
         self._walk_refunds = WALK_REFUNDS
+        self._late_left = LATE_WALKS  # late walks still to come in this series
+        self._late = False  # the walks we send now are late ones
 
     def _walk_key(self) -> tuple:
         return tuple(sorted(self.out[self.id].items())), tuple(sorted(self.sink_in.items()))
@@ -129,6 +138,8 @@ class HolderWalks(Sender):
         """Check again in WALK_WAIT retry periods whether our flows stayed put (then walk)."""
         if self._walk_armed or not walks_here(self):
             return
+        if self._walks_left <= 0 and self._late_left > 0:
+            self._walks_left, self._late_left, self._late = self._late_left, 0, True
         if self._walks_left <= 0:
             self.walks_spent()
             return
@@ -143,6 +154,7 @@ class HolderWalks(Sender):
         self._walks_left = WALKS
         self._walk_worst = float("inf")
         self._walk_refunds = WALK_REFUNDS
+        self._late_left, self._late = LATE_WALKS, False
 
     def walks_spent(self) -> None:
         """Our walks are spent and our flows calm (swarm/flow/refresh_waves.py takes it on)."""
@@ -152,6 +164,7 @@ class HolderWalks(Sender):
         the worst route they are judged against is the one the last walk left."""
         self._walks_left = walks
         self._walk_refunds = WALK_REFUNDS
+        self._late = False
         self.arm_walk()
 
     def walk_asks(self, b: str, there: float) -> None:
@@ -173,7 +186,7 @@ class HolderWalks(Sender):
                     self._walks_left += 1
                 self._walk_worst = worst
                 self.walk_asks(v, worst)
-                self.send(v, Walk(h, self.link(v)), reliable=False)
+                self.send(v, Walk(h, self.link(v), self._late), reliable=False)
         self.arm_walk()
 
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from swarm.flow import cost, rotations
+from swarm.flow import cost, rotations, walks
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
@@ -127,8 +127,11 @@ def test_rotations_bring_a_whole_range_miss_within_five_percent(
 ) -> None:
     """Seed 0, instance 8 of the whole-range sweep (8 x 6) under the second message timing (bus seed
     + 1000): exchanges, hand-overs and onward swaps leave it at 1.092 of the min-cost flow's max
-    path; the fix starts with a rotation at stage 4 (offline with exact moves: 1.092 -> 1.000)."""
+    path; the fix starts with a rotation at stage 4 (offline with exact moves: 1.092 -> 1.000).
+    Late walks (swarm/flow/walks.py) reach it without rotations too (1.002), so they are off here:
+    the test shows what rotations do on the walks before them."""
     monkeypatch.setattr(rotations, "ROTATIONS", on * rotations.ROTATIONS)
+    monkeypatch.setattr(walks, "LATE_WALKS", 0)
     rng = random.Random(0)
     stages, per_stage, holders = [
         (rng.randint(4, 16), rng.randint(3, 30), rng.randint(1, 1)) for _ in range(9)
@@ -147,18 +150,21 @@ def test_the_go_goes_only_for_a_flow_still_on_its_hop_with_no_ask_open() -> None
     flow over already, and its first exchange then made the worst path dearer for nothing."""
     bus, p = three_pairs()
     a = p["a"]
-    asked: list[tuple[str, str, bool]] = []
-    a.ask_trade = lambda h, d, b, hops, critical=False, go=False: asked.append((d, b, go)) or True  # type: ignore[method-assign]
-    a._refused = [("h", "b", "d")]
+    asked: list[tuple[str, str, bool, bool]] = []
+    a.ask_trade = lambda h, d, b, hops, critical=False, go=False, late=False: (
+        asked.append((d, b, go, late)) or True
+    )  # type: ignore[method-assign]
+    a._refused = [("h", "b", "d", False)]
     a.out["h"] = {"e": 1.0}  # another mate took our flow on b over meanwhile
     a.on_go_timer()
     assert asked == [] and a._refused == []
     a.out["h"] = {"b": 1.0}
-    a._refused = [("h", "b", "d")]
+    a._refused = [("h", "b", "d", False)]
     a.offers[999] = object()  # type: ignore[assignment]  # (an ask of ours still open)
     a.on_go_timer()
     assert asked == []
     del a.offers[999]
-    a._refused = [("h", "b", "e"), ("h", "b", "d")]
+    a._refused = [("h", "b", "e", False), ("h", "b", "d", True)]
     a.on_go_timer()
-    assert asked == [("d", "b", True)]  # the refused mate a gains most by (d is near a, e dear)
+    # the refused mate a gains most by (d is near a, e dear); asked on a late walk, so is the go
+    assert asked == [("d", "b", True, True)]

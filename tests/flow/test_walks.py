@@ -9,13 +9,14 @@ import pytest
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.exchange import CRITICAL_PRICE
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Envelope, Offer, Walk
 from swarm.flow.news import COST_GRAIN_S, COST_REL
 from swarm.flow.path_news import PATHS_REL
 from swarm.flow.reference import max_flow_value
 from swarm.flow.refresh_waves import REFRESHES, WAVE_WALKS
-from swarm.flow.walks import WALK_ASKS, WALK_REFUNDS, WALKS
+from swarm.flow.walks import LATE_WALKS, WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
 from tests.flow.test_exchange import recorded, worst_path_trade
@@ -41,11 +42,34 @@ def test_a_walk_makes_the_worst_path_trade_the_price_refused() -> None:
     assert cost.max_path_cost(inst, bus.routes()) < worst_before - 0.05
     assert cost.total_cost(inst, bus.routes()) == pytest.approx(total_before + 0.12, abs=1e-3)
     assert violations(bus) == []
-    # the walk that paid is given back once (its successor's worst route is cheaper), then it stops;
-    # having paid, the walks bring one refresh wave and WAVE_WALKS more walks, which pay nothing
+    # the walk that paid is given back once (its successor's worst route is cheaper), then LATE_WALKS
+    # late ones go; having paid, the walks bring one refresh wave and WAVE_WALKS more, which pay nothing
     waves = [e for e in sent if isinstance(e.body, Announce) and e.body.wave_holder == "h" and e.src == "h"]
     assert {e.body.wave for e in waves} == {1}
-    assert sum(isinstance(e.body, Walk) and e.src == "h" for e in sent) == WALKS + 1 + WAVE_WALKS
+    late = [e.body.late for e in sent if isinstance(e.body, Walk) and e.src == "h"]
+    assert late == [False] * (WALKS + 1) + [True] * LATE_WALKS + [False] * WAVE_WALKS
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_late_walk_makes_no_trade_past_the_critical_price(late: bool) -> None:
+    """With a->d and c->b 0.12 s slower, the trade lowers the worst path by 0.061 s and makes the
+    four edges 0.24 s dearer: an early walk's ask takes it (GWTF's objective first), a late walk's
+    refuses it (more than CRITICAL_PRICE times the saving), so long walk series keep the mean path."""
+    assert 0.24 > CRITICAL_PRICE * 0.061
+    bus, p, worst_before, total_before = worst_path_trade(0.12)
+    a = p["a"]
+    with recorded(bus) as sent:
+        a.receive(Envelope("h", "a", -1, 1, Walk("h", bus.instance.edge_cost("h", "a"), late)), bus.now)
+        bus.run_until_quiescent()
+    asks = [e.body for e in sent if e.src == "a" and isinstance(e.body, Offer) and e.body.critical]
+    assert asks and all(ask.late == late for ask in asks)  # (the rotation's go after a refusal too)
+    moved = cost.total_cost(bus.instance, bus.routes()) - total_before
+    if late:
+        assert a.routes()["h"] == {"b": pytest.approx(1.0)} and moved == pytest.approx(0.0, abs=1e-6)
+    else:
+        assert a.routes()["h"] == {"d": pytest.approx(1.0)} and moved == pytest.approx(0.24, abs=1e-3)
+        assert cost.max_path_cost(bus.instance, bus.routes()) == pytest.approx(worst_before - 0.061, abs=2e-3)
+    assert violations(bus) == []
 
 
 @pytest.mark.parametrize("seed,loss", [(4, 0.0), (9, 0.05)])
@@ -56,18 +80,20 @@ def test_walks_keep_the_flow_exact_and_stop(seed: int, loss: float) -> None:
         stats = bus.run_until_quiescent()
     assert stats.quiescent
     walks = sum(isinstance(e.body, Walk) and e.src == inst.holders[0].id for e in sent)
-    assert walks <= (1 + REFRESHES) * (WALKS + WALK_REFUNDS)  # (each refresh wave renews them)
+    assert walks <= (1 + REFRESHES) * (WALKS + WALK_REFUNDS + LATE_WALKS)  # (each wave renews them)
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
     assert violations(bus) == []
 
 
 def test_walk_messages_cross_the_codec_and_bad_ones_are_refused() -> None:
-    walk = Envelope("h", "a", -1, 1, Walk("h", 0.25))
+    walk = Envelope("h", "a", -1, 1, Walk("h", 0.25, late=True))
     assert from_wire(to_wire(walk)) == walk
-    ask = Envelope("a", "d", 5, 1, Offer("h", 1.0, 9, 3, "b", bid=0.3, swap_worst=1.2, critical=True))
+    ask = Envelope(
+        "a", "d", 5, 1, Offer("h", 1.0, 9, 3, "b", bid=0.3, swap_worst=1.2, critical=True, late=True)
+    )
     assert from_wire(to_wire(ask)) == ask
     raw = to_wire(walk)
-    for field, bad in (("arrival", "far"), ("holder", 7), ("holder", "x" * 300)):
+    for field, bad in (("arrival", "far"), ("holder", 7), ("holder", "x" * 300), ("late", "yes")):
         with pytest.raises(WireError):
             from_wire({**raw, "body": {**raw["body"], field: bad}})
 
@@ -105,7 +131,7 @@ def test_walks_ask_the_mates_in_turn() -> None:
     for x in (bus.agents[p.id] for p in inst.peers if p.stage < inst.stages - 1):
         x.walk_asks_left = 10**6
         calls: list[str] = []
-        x.ask_trade = lambda h, d, b, hops, critical=False, calls=calls: calls.append(d) or True
+        x.ask_trade = lambda h, d, b, hops, critical=False, late=False, calls=calls: calls.append(d) or True
         asked = []
         for _ in range(12):
             calls.clear()
