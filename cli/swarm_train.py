@@ -36,9 +36,8 @@ def _view(cfg: TrainConfig, rows: list, status: str) -> Table:
     ):
         table.add_column(col)
     for m in rows[-8:]:
-        carried = _carried(m)
         table.add_row(str(m.iteration), f"{m.loss:.4f}", f"{m.tokens / m.seconds:,.0f}", f"{m.seconds:.2f}",
-                      str(m.peers), carried, f"stage {m.bottleneck_stage}", str(m.rerouted),
+                      str(m.peers), _carried(m), f"stage {m.bottleneck_stage}", str(m.rerouted),
                       str(m.reexecuted))  # fmt: skip
     table.caption = status
     return table
@@ -60,14 +59,15 @@ def _progress(console: Console, cfg: TrainConfig, rows: list) -> Iterator[Callab
         with Live(_view(cfg, rows, "starting"), console=console, refresh_per_second=2) as live:
             yield lambda text, m=None: live.update(_view(cfg, rows, text))
         return
-    last = {"status": ""}
+    last = ""
 
     def show(text: str, m=None) -> None:
+        nonlocal last
         if m is not None:
             console.print(_line(m), soft_wrap=True, highlight=False)
-        elif text != last["status"] and not text.endswith("microbatches in flight"):
+        elif text != last and not text.endswith("microbatches in flight"):
             console.print(text, soft_wrap=True, highlight=False)  # its iteration's line follows
-        last["status"] = text
+        last = text
 
     yield show
 
