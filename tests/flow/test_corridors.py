@@ -9,6 +9,7 @@ from swarm.flow import cost
 from swarm.flow.ask_budget import CORRIDOR_PROBES, corridor_budget
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.corridor import cheapest_lanes
 from swarm.flow.instance import Link
 from swarm.flow.messages import Corridor, CorridorPlan, Envelope, HandOver, Lane, Offer
 from swarm.routing.codec import from_wire, to_wire
@@ -88,6 +89,22 @@ def test_without_corridors_the_single_hand_overs_are_refused(monkeypatch: pytest
     assert p["a"].routes()["h"] == {"b1": pytest.approx(1.0)}
     assert p["b2"].routes()["h"] == {"z": pytest.approx(1.0)}
     assert violations(bus) == []
+
+
+def test_lanes_are_ranked_by_the_whole_path_they_can_make() -> None:
+    """An idle lane (no route of its own on) with dear edges must not beat a lane through a busy
+    peer whose edges are cheap and whose own route on is cheaper than the old route on: after this
+    stage both still pay the old route's rest (0.9 s here), so the idle one makes 0.5 + 0.9 s and
+    the busy one at most max(0.2 + 0.9, 1.3) s. Per end peer only the cheapest lane stays, and at
+    most `keep` lanes go on, cheapest first."""
+    idle = Lane(("y1", "y2"), 0.5, 0.0, 4.0)
+    busy = Lane(("x1", "x2"), 0.2, 1.3, 1.0)
+    dearer_to_x2 = Lane(("y1", "x2"), 0.45, 1.3, 4.0)
+    far = Lane(("x1", "w2"), 0.9, 0.0, 4.0)
+    assert cheapest_lanes([idle, busy, dearer_to_x2, far], rest=0.9, keep=2) == (busy, idle)
+    assert cheapest_lanes([far, idle], rest=0.9, keep=6) == (idle, far)
+    # with no old route on (the sink is next), the busy lane's own route is what counts
+    assert cheapest_lanes([idle, busy], rest=0.0, keep=1) == (idle,)
 
 
 def test_a_stale_plan_moves_nothing() -> None:

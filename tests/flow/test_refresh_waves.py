@@ -74,21 +74,25 @@ def test_no_wave_where_walks_made_nothing_cheaper() -> None:
     assert all(not a._walks_paid for a in bus.agents.values() if isinstance(a, HolderAgent))
 
 
-@pytest.mark.parametrize("on", [True, False])
-def test_waves_bring_a_whole_range_miss_within_five_percent(
-    monkeypatch: pytest.MonkeyPatch, on: bool
-) -> None:
-    """Seed 2, instance 11 of the whole-range sweep (12 x 8): a walk passed over a stage mate whose
-    announced worst route was 2.783 s where it was 1.875 s (1.050 -> 1.037 of the min-cost flow's
-    max path with waves)."""
-    monkeypatch.setattr(refresh_waves, "REFRESHES", on * refresh_waves.REFRESHES)
-    inst = whole_range_instance(2, 11)
-    bus = MessageBus(inst, seed=2 * 100_003 + 11)
-    assert bus.run_until_quiescent().quiescent
-    assert violations(bus) == []
-    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), rel=1e-6)
-    ratio = cost.max_path_cost(inst, bus.routes()) / cost.max_path_cost(inst, min_cost_max_flow(inst))
-    assert (ratio <= 1.05) == on
+def test_waves_make_a_whole_range_worst_path_cheaper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 1, instance 8 of the whole-range sweep (13 x 6): the walks after the wave, on exact
+    figures, take the max path from 1.001 to 0.980 of the min-cost flow's. (Waves first brought seed
+    2 instance 11 within 5%, 1.050 -> 1.037, where a walk passed over a stage mate whose announced
+    worst route was 2.783 s where it was 1.875 s; since corridor lanes are ranked by whole paths that
+    instance ends at 1.005 with or without a wave.)"""
+    inst = whole_range_instance(1, 8)
+    optimal = cost.max_path_cost(inst, min_cost_max_flow(inst))
+    ratios = []
+    for refreshes in (refresh_waves.REFRESHES, 0):
+        monkeypatch.setattr(refresh_waves, "REFRESHES", refreshes)
+        bus = MessageBus(inst, seed=1 * 100_003 + 8)
+        assert bus.run_until_quiescent().quiescent
+        assert violations(bus) == []
+        assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), rel=1e-6)
+        ratios.append(cost.max_path_cost(inst, bus.routes()) / optimal)
+    with_waves, without = ratios
+    assert with_waves < without - 0.015
+    assert with_waves <= 1.0
 
 
 def test_tagged_announcements_cross_the_codec_and_forged_ones_cost_at_most_the_relay_budget() -> None:
