@@ -16,7 +16,7 @@ from __future__ import annotations
 # 649 with 8; 460 and 645 before), since new path costs revive asks tried before. Refunds put the
 # asks where trades are made: each exchange made gives SWAP_REFUND asks back, at most
 # SWAP_REFUND_MAX in all.
-# Since exchanges count the paths a partial trade keeps (`exchange._rise`), asks waste less, and
+# Since exchanges count the paths a partial trade keeps (`trade_rules.rise`), asks waste less, and
 # twice the budget (32 per hop, a scan budget of 8,800) took the whole range (4-16 x 3-30) from 61 to
 # 67 of 90 within 5% (seeds 0 / 1 / 2: 21 / 21 / 19 -> 23 / 24 / 20; mean max / opt 1.028 / 1.018 /
 # 1.048 -> 1.013 / 1.003 / 1.023) for 26-34% more messages; but at 62 next hops (1,000 x 16) it

@@ -21,7 +21,6 @@ the protocol's routes to within 5% of the min-cost flow's worst path on three of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from swarm.flow.ask_resync import ANSWER_WAIT
@@ -38,41 +37,16 @@ from swarm.flow.messages import (
 )
 from swarm.flow.news import EPS
 from swarm.flow.swap_asks import GAIN_S, SwapAsks
-
-# A trade that makes the worst path through its four edges cheaper may cost those edges up to this
-# fraction of what it saves there. On three sweeps (`swarm bench flow-sweep --instances 30 --seed
-# 0/1/2`), 0 (edges may not get dearer) gave a max path 1.083x the min-cost flow's (mean; 32 of 90
-# within 5%) and a mean path within 10% on 66; 0.25: 1.066 (37), 65; 0.5: 1.059 (43), 61; 0.75: 1.067
-# (41), 58; 1.0: 1.071 (36), 57. With the holder's ramp (swarm/flow/ramp.py) the first flow is near
-# the min-cost flow's mean path, which leaves room to trade it for the max path: on the whole range
-# (4-16 x 3-30, seeds 0 / 1 / 2, `--max-stages 16 --max-per-stage 30`) 0.5 gave 24 / 26 / 26 of 30
-# within 5% (mean max / opt 0.997 / 0.992 / 0.995) and the mean path within 10% on all 90; 0.75
-# gives 27 / 27 / 23 (0.981 / 0.989 / 0.992) and still all 90; 0.9 gives 26 / 25 / 24; 1.0 gives
-# 26 / 27 / 26 (0.982 / 0.986 / 0.998) but one mean path at 1.101.
-WORST_PATH_PRICE = 0.75
-# A late walk's trade (swarm/flow/walks.py, LATE_WALKS) may cost its four edges at most this many
-# times what the worst path through them saves: a long series of walks otherwise buys a few ms of
-# the worst path with far dearer detours, and the mean path climbs (seed 2 instance 21 under bus
-# seeds + 1000, with 32 walks all unbounded: max / opt 1.073 -> 1.049 but mean / opt 1.086 -> 1.102).
-CRITICAL_PRICE = 3.0
-# With limited links (the simulator's swarms: several holders share them) the price stays at 0.5,
-# where the simulator's table was measured: a dearer trade for one holder's worst path moves link
-# use the other holders' flows share (as walks, `ask_budget.WALKS_WITH_LINK_LIMITS`).
-LINK_LIMITED_PRICE = 0.5
-
-
-def edge_price(msg: Offer, price: float) -> float:
-    """What an asked trade's four edges may cost per second the worst path through them saves: the
-    usual price, no bound for a worst-path walk's ask, CRITICAL_PRICE for a late walk's."""
-    if msg.critical:
-        return CRITICAL_PRICE if msg.late else math.inf
-    return price
-
-
-def trade_price(link_limits: bool) -> float:
-    """How much dearer a trade's four edges may get per second the worst path through them saves."""
-    return LINK_LIMITED_PRICE if link_limits else WORST_PATH_PRICE
-
+from swarm.flow.trade_rules import (
+    CRITICAL_PRICE,
+    LINK_LIMITED_PRICE,
+    WORST_PATH_PRICE,
+    edge_price,
+    plan_rise,
+    rise,
+    rotate_rise,
+    trade_price,
+)
 
 EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
@@ -183,22 +157,22 @@ class Exchanger(SwapAsks):
                 paths = (up_a + ab + worst_b, up_c + cd + worst_d, up_a + ad + worst_d, up_c + cb + worst_b)
                 keeps_ab, keeps_cd = option.rate > moved + EPS, partner > moved + EPS
                 if msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
-                    rise = self._plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd)
-                    pays = rise < -GAIN_S
+                    up = plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd, cost, me)
+                    pays = up < -GAIN_S
                 elif rotation:  # judged with the trade after it (swarm/flow/rotations.py)
                     keeps = (keeps_ab, keeps_cd)
-                    rise = self._rotate_rise(msg, paths, c, arrival_c - cd, worst_b, moved, *keeps)
-                    pays = rise < -GAIN_S
+                    up = rotate_rise(msg, paths, c, arrival_c - cd, worst_b, moved, keeps, cost)
+                    pays = up < -GAIN_S
                 else:
-                    rise = _rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
+                    up = rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
                     # a trade pays when the four edges cost less and the most expensive path through
                     # them gets no dearer, or when that path gets cheaper by more than the edges get
                     # dearer (weighted by WORST_PATH_PRICE: GWTF's objective is the worst path)
-                    pays = (delta < -GAIN_S and rise <= EPS) or (
-                        rise < -GAIN_S and delta <= -edge_price(msg, price) * rise
+                    pays = (delta < -GAIN_S and up <= EPS) or (
+                        up < -GAIN_S and delta <= -edge_price(msg, price) * up
                     )
-                if pays and (best is None or delta + rise < best[0]):
-                    best = (delta + rise, c, option, moved)
+                if pays and (best is None or delta + up < best[0]):
+                    best = (delta + up, c, option, moved)
         if best is None:
             if msg.plan_taker is not None or rotation:
                 return False
@@ -214,59 +188,6 @@ class Exchanger(SwapAsks):
         self.send(b, Exchange(h, rate, eid, a, c, ask=msg.offer_id, partner_gen=gen, sender_gen=option.gen))
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
-
-    def _plan_rise(
-        self,
-        msg: Offer,
-        paths: tuple[float, float, float, float],
-        worst_d: float,
-        keeps_ab: bool,
-        keeps_cd: bool,
-    ) -> float:
-        """How much dearer an onward swap makes the worst path through its edges. The exchange
-        moves the initiator's flow from b to us and c's from us to b; the hand-over after it moves
-        that flow on from the initiator to its mate y, which sends it to us. So x -> y -> us and
-        c -> b take the place of the initiator's route through b and c -> us."""
-        x, y = msg.plan_sender or "", msg.plan_taker or ""
-        try:
-            via_y = msg.plan_arrival + self.env.cost(x, y) + self.env.cost(y, self.id) + worst_d
-        except Exception:  # noqa: BLE001 - x or y left the instance: the plan cannot pay
-            return math.inf
-        via_ab, via_cd, _, via_cb = paths
-        after = max(via_y, via_cb, via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0)
-        return after - max(via_ab, via_cd)
-
-    def _rotate_rise(
-        self,
-        msg: Offer,
-        paths: tuple[float, float, float, float],
-        g: str,
-        up_g: float,
-        worst_b: float,
-        moved: float,
-        keeps_ab: bool,
-        keeps_cd: bool,
-    ) -> float:
-        """How much dearer a rotation makes the worst path through its six edges (swarm/flow/rotations.py).
-        This exchange moves the initiator's flow from b to us and our partner g's from us to b; the
-        trade after it moves the rotation's sender r from its hop x to b, and g's flow from b to x.
-        So the initiator -> us, r -> b and g -> x take the place of the initiator -> b, g -> us and
-        r -> x. This exchange alone (the initiator -> us, g -> b) may not make the worst of those
-        paths dearer: the trade after it is asked for, not promised."""
-        r, x, b = msg.rotate_sender or "", msg.rotate_hop or "", msg.swap_from or ""
-        try:
-            via_rx = msg.rotate_arrival + self.env.cost(r, x) + msg.rotate_worst
-            via_rb = msg.rotate_arrival + self.env.cost(r, b) + worst_b
-            via_gx = up_g + self.env.cost(g, x) + msg.rotate_worst
-        except Exception:  # noqa: BLE001 - r, x or g left the instance: the rotation cannot pay
-            return math.inf
-        via_ab, via_cd, via_ad, via_cb = paths
-        kept = [via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0]
-        before = max(via_ab, via_cd, via_rx)
-        if max(via_ad, via_cb, *kept) > before + EPS:
-            return math.inf  # (should the trade after it not follow, this one alone makes it dearer)
-        kept.append(via_rx if msg.rotate_rate > moved + EPS else 0.0)
-        return max(via_ad, via_rb, via_gx, *kept) - before
 
     def ask_rotations(self, a: str, msg: Offer, up_a: float, ups: list[tuple[str, float, float]]) -> bool:
         """No trade pays for a's worst-path ask: ask our senders for rotations (swarm/flow/rotations.py).
@@ -478,21 +399,12 @@ class Exchanger(SwapAsks):
         self.send(src, ExchangeDone(msg.exchange_id, h, moved, self.state()))
 
 
-def _rise(
-    paths: tuple[float, float, float, float], sends_here: bool, keeps_ab: bool, keeps_cd: bool
-) -> float:
-    """How much dearer a trade makes the worst path through its four edges, counting only the edges
-    that carry flow before and after it. `paths` are the worst paths through a -> b, c -> d, a -> d
-    and c -> b. A partial trade leaves a -> b (or c -> d) in use, and its paths with it: judged as if
-    they went, such trades counted a gain on the worst path that never came and added two edges each
-    (the protocol's flows used twice the edges of the min-cost flow). Counted honestly (docs/routing.md:
-    "Partial trades keep their paths"), on the whole range, seed 0, two message timings: max path
-    within 5% 19 / 16 -> 21 / 19 of 30, mean max path / opt 1.041 / 1.059 -> 1.028 / 1.027, messages
-    per peer 574 / 570 -> 511 / 500."""
-    via_ab, via_cd, via_ad, via_cb = paths
-    before = max(via_ab, via_cd, via_ad if sends_here else 0.0)
-    after = max(via_ad, via_cb, via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0)
-    return after - before
-
-
-__all__ = ["Exchanger", "ANSWER_WAIT", "GAIN_S", "LINK_LIMITED_PRICE", "WORST_PATH_PRICE", "trade_price"]
+__all__ = [
+    "ANSWER_WAIT",
+    "CRITICAL_PRICE",
+    "GAIN_S",
+    "LINK_LIMITED_PRICE",
+    "WORST_PATH_PRICE",
+    "Exchanger",
+    "trade_price",
+]

@@ -31,9 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.ask_budget import hand_over_budget
-from swarm.flow.exchange import ANSWER_WAIT, GAIN_S, WORST_PATH_PRICE, Exchanger, _Pending
+from swarm.flow.exchange import ANSWER_WAIT, GAIN_S, Exchanger, _Pending
 from swarm.flow.messages import ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
 from swarm.flow.news import EPS
+from swarm.flow.trade_rules import WORST_PATH_PRICE
 
 
 @dataclass
@@ -229,7 +230,7 @@ class HandOvers(Exchanger):
         """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays).
 
         Paths are counted only over edges that carry flow before and after (as exchanges count
-        them, `exchange._rise`): a -> d and d -> z may carry flow already, and a partial hand-over
+        them, `trade_rules.rise`): a -> d and d -> z may carry flow already, and a partial hand-over
         leaves a -> us -> z in use."""
         cost, me = self.env.cost, self.id
         try:

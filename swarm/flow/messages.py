@@ -88,7 +88,7 @@ class Offer:
     # A worst-path ask (swarm/flow/walks.py): our edge to `swap_from` is on the holder's most
     # expensive used path, so a trade pays when that path through the four edges gets cheaper,
     # whatever the edges cost (GWTF's objective first); on a late walk (`Walk.late`), only while they
-    # get dearer by at most `exchange.CRITICAL_PRICE` times what that path saves.
+    # get dearer by at most `trade_rules.CRITICAL_PRICE` times what that path saves.
     critical: bool = False
     late: bool = False
     # An onward swap (swarm/flow/onward_swaps.py): once this exchange is made, our in-flow from

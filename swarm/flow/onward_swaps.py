@@ -14,7 +14,7 @@ The roles, all of them existing trades:
   flow on z, marked with the plan (`Offer.plan_sender` a, `plan_taker` d). Only on walks: tried on
   every refused hand-over, the plans were judged on the figures of a swarm still converging, and
   the whole range fell from 87 to 78 of 90 within 5%.
-- z' judges the exchange with the hand-over after it (`Exchanger._plan_rise`): the paths
+- z' judges the exchange with the hand-over after it (`trade_rules.plan_rise`): the paths
   a -> d -> z' and c -> z against b's through z and c -> z'. It makes the exchange as any other.
 - b, told that the exchange was made, tells a (`OnwardHint`), and a asks d for the hand-over of
   its flow on b, which now runs on to z'. b judges that hand-over as any other.

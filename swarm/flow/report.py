@@ -11,7 +11,6 @@ from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
-from swarm.flow.exchange import WORST_PATH_PRICE
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import (
     Exchange,
@@ -29,6 +28,7 @@ from swarm.flow.messages import (
 from swarm.flow.peer import PeerAgent
 from swarm.flow.polish_bound import polish_bound
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
+from swarm.flow.trade_rules import WORST_PATH_PRICE
 
 
 def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:

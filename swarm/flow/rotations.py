@@ -22,7 +22,7 @@ The roles, all existing trades but two advisory messages and a flag:
   b and b's worst route onwards).
 - c asks up to ROTATE_MATES mates e of d whose route onwards is cheaper than a's path through b for
   an exchange of its flow on d, marked with the rotation (`Offer.rotate_*`).
-- e judges the exchange with the trade after it (`Exchanger._rotate_rise`): the paths c -> e,
+- e judges the exchange with the trade after it (`trade_rules.rotate_rise`): the paths c -> e,
   a -> d and g -> b against c -> d, g -> e and a -> b; the exchange alone may not make the worst of
   them dearer. It makes the exchange as any other: d, as the exchange's b, takes g's flow in place
   of c's.

@@ -11,12 +11,12 @@ from swarm.flow import cost
 from swarm.flow.ask_budget import WIDE_DEARER_NEWS, dearer_news_to_all
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
-from swarm.flow.exchange import LINK_LIMITED_PRICE, WORST_PATH_PRICE, trade_price
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Offer
 from swarm.flow.news import summary_of
 from swarm.flow.ramp import NARROW_RAMP_HOPS, RAMP_STEPS, WIDE_RAMP_HOPS
 from swarm.flow.reference import max_flow_value
+from swarm.flow.trade_rules import LINK_LIMITED_PRICE, WORST_PATH_PRICE, trade_price
 from tests.flow.test_exchange import recorded
 
 

@@ -9,13 +9,13 @@ import pytest
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
-from swarm.flow.exchange import CRITICAL_PRICE
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Envelope, Offer, Walk
 from swarm.flow.news import COST_GRAIN_S, COST_REL
 from swarm.flow.path_news import PATHS_REL
 from swarm.flow.reference import max_flow_value
 from swarm.flow.refresh_waves import REFRESHES, WAVE_WALKS
+from swarm.flow.trade_rules import CRITICAL_PRICE
 from swarm.flow.walks import LATE_WALKS, WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
