@@ -37,16 +37,7 @@ from swarm.flow.messages import (
 )
 from swarm.flow.news import EPS
 from swarm.flow.swap_asks import GAIN_S, SwapAsks
-from swarm.flow.trade_rules import (
-    CRITICAL_PRICE,
-    LINK_LIMITED_PRICE,
-    WORST_PATH_PRICE,
-    edge_price,
-    plan_rise,
-    rise,
-    rotate_rise,
-    trade_price,
-)
+from swarm.flow.trade_rules import edge_price, plan_rise, rise, rotate_rise, trade_price
 
 EXPIRED_KEPT = 64  # trades given up on (`give_up`) remembered, so that b's late answer is still applied
 
@@ -160,8 +151,7 @@ class Exchanger(SwapAsks):
                     up = plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd, cost, me)
                     pays = up < -GAIN_S
                 elif rotation:  # judged with the trade after it (swarm/flow/rotations.py)
-                    keeps = (keeps_ab, keeps_cd)
-                    up = rotate_rise(msg, paths, c, arrival_c - cd, worst_b, moved, keeps, cost)
+                    up = rotate_rise(msg, paths, c, arrival_c - cd, worst_b, moved, keeps_ab, keeps_cd, cost)
                     pays = up < -GAIN_S
                 else:
                     up = rise(paths, sends_here, keeps_ab=keeps_ab, keeps_cd=keeps_cd)
@@ -399,12 +389,4 @@ class Exchanger(SwapAsks):
         self.send(src, ExchangeDone(msg.exchange_id, h, moved, self.state()))
 
 
-__all__ = [
-    "ANSWER_WAIT",
-    "CRITICAL_PRICE",
-    "GAIN_S",
-    "LINK_LIMITED_PRICE",
-    "WORST_PATH_PRICE",
-    "Exchanger",
-    "trade_price",
-]
+__all__ = ["ANSWER_WAIT", "GAIN_S", "Exchanger"]

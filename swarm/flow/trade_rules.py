@@ -92,7 +92,8 @@ def rotate_rise(
     up_g: float,
     worst_b: float,
     moved: float,
-    keeps: tuple[bool, bool],
+    keeps_ab: bool,
+    keeps_cd: bool,
     cost: Cost,
 ) -> float:
     """How much dearer a rotation makes the worst path through its six edges (swarm/flow/rotations.py).
@@ -109,7 +110,6 @@ def rotate_rise(
     except Exception:  # noqa: BLE001 - r, x or g left the instance: the rotation cannot pay
         return math.inf
     via_ab, via_cd, via_ad, via_cb = paths
-    keeps_ab, keeps_cd = keeps
     kept = [via_ab if keeps_ab else 0.0, via_cd if keeps_cd else 0.0]
     before = max(via_ab, via_cd, via_rx)
     if max(via_ad, via_cb, *kept) > before + EPS:

@@ -72,8 +72,8 @@ def test_a_rotation_may_not_make_the_worst_path_dearer_on_its_own() -> None:
     )  # fmt: skip
     # before: a -> b 3.0, g -> d 2.0, r -> x 1.0 + 0.5 + 1.6 = 3.1; after: a -> d 2.5, r -> b
     # 1.0 + 0.1 + worst_b 1.0 = 2.1, g -> x up_g 1.2 + 0.2 + 1.6 = 3.0, and g -> b 2.4
-    up = rotate_rise(rot, PATHS, "g", 1.2, 1.0, 1.0, (False, False), _cost)
+    up = rotate_rise(rot, PATHS, "g", 1.2, 1.0, 1.0, False, False, _cost)
     assert math.isclose(up, 3.0 - 3.1)
     # the exchange alone (a -> d, g -> b) may not pass the worst path before the rotation
     dear = (3.0, 2.0, 3.5, 2.4)
-    assert rotate_rise(rot, dear, "g", 1.2, 1.0, 1.0, (False, False), _cost) == math.inf
+    assert rotate_rise(rot, dear, "g", 1.2, 1.0, 1.0, False, False, _cost) == math.inf
