@@ -66,12 +66,14 @@ class AskResyncs(Sender):
         rotate: tuple[str, float, str, float, float] | None = None,
         go: bool = False,
         late: bool = False,
+        partner: str | None = None,
     ) -> int:
         """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
         exchange or a hand-over; the ask is remembered until it is settled. `plan`: an onward swap's
         (sender, taker, sender's arrival), see swarm/flow/onward_swaps.py; `rotate`: a rotation's
         (sender, its arrival, its hop, that hop's worst route onwards, its rate), see
-        swarm/flow/rotations.py; `go`: `Offer.rotate_go`; `late`: `Offer.late`. Returns the ask's id."""
+        swarm/flow/rotations.py; `go`: `Offer.rotate_go`; `late`: `Offer.late`; `partner`:
+        `Offer.layer_partner` (swarm/flow/layer_plans.py). Returns the ask's id."""
         rate = max(o.rate for o in options)
         oid = self.add_offer(h, d, rate, b)
         self._old_gen[oid] = {o.hop: o.gen for o in options}
@@ -90,6 +92,7 @@ class AskResyncs(Sender):
             critical=critical,
             late=late,
             rotate_go=go,
+            layer_partner=partner,
         )
         if plan is not None:
             ask = dataclasses.replace(ask, plan_sender=plan[0], plan_taker=plan[1], plan_arrival=plan[2])

@@ -109,6 +109,9 @@ class Exchanger(SwapAsks):
         if msg.corridor_olds:  # a corridor step: a hand-over with a planned next hop, no trade
             return self.start_hand_over(a, msg)
         rotation = msg.rotate_hop is not None  # (only the trade it was judged for: rotations.py)
+        planned = msg.layer_partner  # a layer plan's swap: with this partner, not judged alone
+        if planned is not None and (msg.label + 1 < self.label(h) or self.movable(h, planned) <= EPS):
+            return False
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
             return not rotation and IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
@@ -116,8 +119,10 @@ class Exchanger(SwapAsks):
         cost, me = self.env.cost, self.id
         movable, holders = self.movable, self.holders
         partners = [c for c in self.inflow[h] if c != a and c not in holders and movable(h, c) > EPS]
+        if planned is not None:
+            partners = [c for c in partners if c == planned]
         if not partners:
-            return not rotation and self.start_hand_over(a, msg)
+            return planned is None and not rotation and self.start_hand_over(a, msg)
         # Routes so far: a's from its bid, c's from its path news; routes onwards: b's as a heard it,
         # ours from our next hops' path news. Unknown parts count as zero.
         try:
@@ -147,7 +152,9 @@ class Exchanger(SwapAsks):
                 moved = min(option.rate, msg.rate, partner, room_a)
                 paths = (up_a + ab + worst_b, up_c + cd + worst_d, up_a + ad + worst_d, up_c + cb + worst_b)
                 keeps_ab, keeps_cd = option.rate > moved + EPS, partner > moved + EPS
-                if msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
+                if planned is not None:  # the layer plan was judged as a whole (layer_plans.py)
+                    up, pays = 0.0, True
+                elif msg.plan_taker is not None:  # an onward swap: judged with the hand-over after it
                     up = plan_rise(msg, paths, worst_d, keeps_ab, keeps_cd, cost, me)
                     pays = up < -GAIN_S
                 elif rotation:  # judged with the trade after it (swarm/flow/rotations.py)
@@ -164,7 +171,7 @@ class Exchanger(SwapAsks):
                 if pays and (best is None or delta + up < best[0]):
                     best = (delta + up, c, option, moved)
         if best is None:
-            if msg.plan_taker is not None or rotation:
+            if msg.plan_taker is not None or rotation or planned is not None:
                 return False
             return self.start_hand_over(a, msg) or self.ask_rotations(a, msg, up_a, ups)
         _, c, option, rate = best

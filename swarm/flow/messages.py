@@ -108,6 +108,9 @@ class Offer:
     # A worst-path ask sent once every other ask for this flow was refused and it is still on
     # `swap_from`: if no trade pays, the receiver may ask its senders for a rotation (rotations.py).
     rotate_go: bool = False
+    # A layer plan's swap (swarm/flow/layer_plans.py): trade with this sender's flow, no other, and
+    # without judging the trade alone (the plan was judged as a whole).
+    layer_partner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -395,6 +398,7 @@ class Walk:
     holder: str
     arrival: float
     late: bool = False  # a walk past the holder's first WALKS: its trades keep to CRITICAL_PRICE
+    plan_stage: int = -1  # the stage whose peer on the walk plans its in-layer (swarm/flow/layer_plans.py)
 
 
 @dataclass(frozen=True)
@@ -427,6 +431,47 @@ class RotateHint:
 
     holder: str
     hop: str
+
+
+@dataclass(frozen=True)
+class LayerAsk:
+    """A layer plan (swarm/flow/layer_plans.py): the planner, a peer of your next stage, asks for
+    your flows of `holder` into its stage, with your path figures (`LayerInfo`). Best effort."""
+
+    holder: str
+    plan: int
+
+
+@dataclass(frozen=True)
+class LayerHop:
+    """One next hop in a `LayerInfo`: our rate on it, the edge's cost and its worst route onwards."""
+
+    hop: str
+    rate: float
+    cost: float
+    onward: float
+
+
+@dataclass(frozen=True)
+class LayerInfo:
+    """The answer to `LayerAsk`: our worst route so far (`arrival`) and every next hop of ours."""
+
+    holder: str
+    plan: int
+    arrival: float
+    hops: tuple[LayerHop, ...] = ()
+
+
+@dataclass(frozen=True)
+class LayerSwap:
+    """A layer plan's trade for us to ask: `rate` of our flow of `holder` on `hop` to move to `to`,
+    and `partner`'s flow on `to` to move to `hop` (an `Offer` with `layer_partner`)."""
+
+    holder: str
+    hop: str
+    to: str
+    partner: str
+    rate: float
 
 
 @dataclass(frozen=True)
@@ -481,6 +526,9 @@ Body = (
     | OnwardHint
     | RotateAsk
     | RotateHint
+    | LayerAsk
+    | LayerInfo
+    | LayerSwap
     | EdgesDropped
     | Ack
 )

@@ -24,6 +24,9 @@ from swarm.flow.messages import (
     Envelope,
     HandOff,
     HandOffDone,
+    LayerAsk,
+    LayerInfo,
+    LayerSwap,
     Moved,
     NeighbourGone,
     NeighbourJoined,
@@ -233,6 +236,9 @@ class Node(Views):
         if isinstance(body, (RotateAsk, RotateHint)):  # advisory too: asks may start from them
             self.on_rotation(envelope.src, body)
             return
+        if isinstance(body, (LayerAsk, LayerInfo, LayerSwap)):  # advisory too: a plan, its asks
+            self.on_layer(envelope.src, body)
+            return
         # a trade's word from before one of us wrote the other off: our edge with src was dropped
         stale = isinstance(body, (Moved, Traded)) and envelope.gen < self._gen.get(envelope.src, 0)
         self._fenced_src = envelope.src if stale else ""  # (see `_same_generation`)
@@ -279,6 +285,9 @@ class Node(Views):
 
     def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:
         """A rotation's ask or hint from a next hop (swarm/flow/rotations.py)."""
+
+    def on_layer(self, src: str, body: LayerAsk | LayerInfo | LayerSwap) -> None:
+        """A layer plan's ask, answer or trade (swarm/flow/layer_plans.py)."""
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

@@ -89,6 +89,7 @@ class PeerAgent(PeerBids):
         self.init_refresh_waves()
         self.init_onward_swaps()
         self.init_rotations()
+        self.init_layer_plans()
 
     # ---------------------------------------------------------- accounting
     def carried(self) -> float:
@@ -235,6 +236,8 @@ class PeerAgent(PeerBids):
             self.onward_timeout(int(token.split(":", 1)[1]))
         elif token == "rotate_go":
             self.on_go_timer()
+        elif token.startswith("layer:"):
+            self.layer_timer(int(token.split(":", 1)[1]))
 
     def forget(self, node: str) -> None:
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves

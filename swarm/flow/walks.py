@@ -38,6 +38,8 @@ Roles and messages (best effort, a walk moves no flow by itself):
   (swarm/flow/exchange.py) times what the worst path saves: unbounded, the long series bought a few
   ms of worst path with far dearer detours, and a mean path went past 1.10 of the min-cost flow's
   (docs/routing.md: "Late walks").
+- Each walk names a stage in turn (`Walk.plan_stage`): on a late walk, the peer of that stage on it
+  re-plans its in-layer exactly (swarm/flow/layer_plans.py).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ class WorstWalks(TradeNotes):
                 self.walk_asks_left -= 1
                 self._walk_asked.add((h, b, d))
                 self.ask_trade(h, d, b, [b], critical=True, late=body.late)
-        self.send(b, Walk(h, body.arrival + self.link(b), body.late), reliable=False)
+        self.send(b, Walk(h, body.arrival + self.link(b), body.late, body.plan_stage), reliable=False)
 
 
 class HolderWalks(Sender):
@@ -130,6 +132,7 @@ class HolderWalks(Sender):
         self._walk_refunds = WALK_REFUNDS
         self._late_left = LATE_WALKS  # late walks still to come in this series
         self._late = False  # the walks we send now are late ones
+        self._walks_sent = 0  # (each walk names the stage that plans its in-layer, in turn)
 
     def _walk_key(self) -> tuple:
         return tuple(sorted(self.out[self.id].items())), tuple(sorted(self.sink_in.items()))
@@ -186,7 +189,9 @@ class HolderWalks(Sender):
                     self._walks_left += 1
                 self._walk_worst = worst
                 self.walk_asks(v, worst)
-                self.send(v, Walk(h, self.link(v), self._late), reliable=False)
+                self._walks_sent += 1
+                plan_stage = 1 + self._walks_sent % max(1, self.stages - 1)
+                self.send(v, Walk(h, self.link(v), self._late, plan_stage), reliable=False)
         self.arm_walk()
 
 
