@@ -110,8 +110,8 @@ class Exchanger(SwapAsks):
             return self.start_hand_over(a, msg)
         rotation = msg.rotate_hop is not None  # (only the trade it was judged for: rotations.py)
         planned = msg.layer_partner  # a layer plan's swap: with this partner, not judged alone
-        if planned is not None and (msg.label + 1 < self.label(h) or self.movable(h, planned) <= EPS):
-            return False
+        if planned is not None and msg.label + 1 < self.label(h):
+            return False  # (a partner with nothing movable is refused below: no partners)
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
             return not rotation and IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
