@@ -7,11 +7,11 @@ runs on every message a peer handles, so the forward minima are cached (see `Nod
 
 from __future__ import annotations
 
-from swarm.flow.layer_plans import LayerPlans
 from swarm.flow.news import EPS
+from swarm.flow.stage_plans import StagePlans
 
 
-class PeerLabels(LayerPlans):
+class PeerLabels(StagePlans):
     """Labels of a stage peer (the in-flows and `last` are the peer's)."""
 
     inflow: dict[str, dict[str, float]]

@@ -56,8 +56,12 @@ class _Plan:
     plan: int
     asked: set[str]
     infos: dict[str, LayerInfo] = field(default_factory=dict)
-    waves: list[list[Swap]] = field(default_factory=list)
+    waves: list[list[tuple[str, LayerSwap]]] = field(default_factory=list)  # (initiator, its ask)
     solved: bool = False
+    # a stage plan (swarm/flow/stage_plans.py), when the layer plan found nothing
+    mates: set[str] = field(default_factory=set)
+    mate_infos: dict[str, LayerInfo] = field(default_factory=dict)
+    stage_solved: bool = True  # (False while a stage plan's answers are awaited)
 
 
 class LayerPlans(Rotations):
@@ -97,6 +101,8 @@ class LayerPlans(Rotations):
             return
         if not p.solved:
             self._solve(p)
+        elif not p.stage_solved:
+            self.solve_stage(p)
         elif p.waves:
             self._send_wave(p)
         else:
@@ -118,34 +124,71 @@ class LayerPlans(Rotations):
         cost = {e: c for e, c in cost.items() if e[1] in onward}
         found = plan_layer(flows, arrival, cost, onward, GAIN_S, LAYER_COST_GAIN) if flows else None
         if found is None:
-            self._plan = None
+            self._no_layer_plan(p)
             return
         now = layer_bottleneck(flows, arrival, cost, onward)
 
         def may_use(c: str, b: str) -> bool:  # an edge a wave makes on the way must not raise the layer
             return (c, b) in cost and arrival[c] + cost[c, b] + onward[b] <= now + EPS
 
-        p.waves = swaps_for(flows, found[1], may_use)
-        if not p.waves or len(p.waves) > MAX_WAVES:  # (a long chain would stop half-way too often)
-            self._plan = None
+        waves = swaps_for(flows, found[1], may_use)
+        if not waves or len(waves) > MAX_WAVES:  # (a long chain would stop half-way too often)
+            self._no_layer_plan(p)
             return
+        p.waves = [[(s[0], self.swap_ask(p.holder, s)) for s in wave] for wave in waves]
         self._send_wave(p)
 
+    @staticmethod
+    def swap_ask(h: str, swap: Swap) -> LayerSwap:
+        a, b, c, d, rate = swap
+        return LayerSwap(h, b, d, c, rate)
+
+    def _no_layer_plan(self, p: _Plan) -> None:
+        if not self.start_stage_round(p):
+            self._plan = None
+
+    def start_stage_round(self, p: _Plan) -> bool:
+        """No layer plan pays: ask for a stage plan's figures (swarm/flow/stage_plans.py); True
+        if asked."""
+        return False
+
+    def solve_stage(self, p: _Plan) -> None:
+        """Solve and start the stage plan with what its asks brought."""
+        self._plan = None
+
+    def stage_info(self, src: str, msg: LayerAsk) -> None:
+        """A stage mate plans our stage: answer with our flows onwards."""
+
     def _send_wave(self, p: _Plan) -> None:
-        wave = p.waves.pop(0)
-        for a, b, c, d, rate in wave:
-            self.send(a, LayerSwap(p.holder, b, d, c, rate))
+        for initiator, ask in p.waves.pop(0):
+            if initiator == self.id:
+                self._on_swap(self.id, ask)
+            else:
+                self.send(initiator, ask)
         self.env.set_timer(self.id, PLAN_WAIT * self.env.retry_s, f"layer:{p.plan}")
 
     def _on_info(self, src: str, msg: LayerInfo) -> None:
         p = self._plan
-        if p is None or p.solved or msg.plan != p.plan or msg.holder != p.holder or src not in p.asked:
+        if p is None or msg.plan != p.plan or msg.holder != p.holder:
             return
-        if not math.isfinite(msg.arrival) or any(
-            not (math.isfinite(x.rate) and math.isfinite(x.cost) and math.isfinite(x.onward)) or x.rate < 0
-            for x in msg.hops
+        stage = not p.stage_solved and src in p.mates
+        if not stage and (p.solved or src not in p.asked):
+            return
+        if (
+            not math.isfinite(msg.arrival)
+            or not math.isfinite(msg.room)
+            or any(
+                not (math.isfinite(x.rate) and math.isfinite(x.cost) and math.isfinite(x.onward))
+                or x.rate < 0
+                for x in msg.hops
+            )
         ):
             return  # (a malformed answer leaves its sender out of the plan)
+        if stage:
+            p.mate_infos[src] = msg
+            if p.mates <= p.mate_infos.keys():
+                self.solve_stage(p)
+            return
         p.infos[src] = msg
         if len(p.infos) == len(p.asked):
             self._solve(p)
@@ -153,6 +196,9 @@ class LayerPlans(Rotations):
     # ---------------------------------------------------------------- sender a
     def _on_ask(self, src: str, msg: LayerAsk) -> None:
         h = msg.holder
+        if msg.stage:
+            self.stage_info(src, msg)
+            return
         if h not in self.holders or src not in self.next or self.last:
             return
         out = self.out[h]
@@ -165,7 +211,12 @@ class LayerPlans(Rotations):
 
     def _on_swap(self, src: str, msg: LayerSwap) -> None:
         h, b, d, c = msg.holder, msg.hop, msg.to, msg.partner
-        if h not in self.holders or src not in self.next or self.cancels:
+        # (from the planner: a peer of our next stage, or for a stage plan's out-layer our mate)
+        planner = src == self.id or src in self.next or self.mate_known(src)
+        if h not in self.holders or not planner or self.cancels:
+            return
+        if msg.onward is not None:
+            self.stage_hand_over(h, msg)
             return
         if b not in self.next or d not in self.next or b == d or c in (self.id, b, d):
             return
@@ -175,6 +226,9 @@ class LayerPlans(Rotations):
         option = SwapOption(b, rate, self.worst_of(h, b), self._gen.get(b, 0))
         bid = self.fresh_arrival(h) + self.link(d)
         self.send_trade_ask(h, d, b, (option,), self.label(h), bid, critical=False, partner=c)
+
+    def stage_hand_over(self, h: str, msg: LayerSwap) -> None:
+        """A stage plan's hand-over for us to ask (swarm/flow/stage_plans.py)."""
 
     def on_layer(self, src: str, body: LayerAsk | LayerInfo | LayerSwap) -> None:
         if isinstance(body, LayerAsk):

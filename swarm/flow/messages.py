@@ -436,10 +436,13 @@ class RotateHint:
 @dataclass(frozen=True)
 class LayerAsk:
     """A layer plan (swarm/flow/layer_plans.py): the planner, a peer of your next stage, asks for
-    your flows of `holder` into its stage, with your path figures (`LayerInfo`). Best effort."""
+    your flows of `holder` into its stage, with your path figures (`LayerInfo`). Best effort.
+    `stage`: a stage plan (swarm/flow/stage_plans.py): the planner, a mate of yours, asks for your
+    flows onwards and what you may carry (`LayerInfo.room`)."""
 
     holder: str
     plan: int
+    stage: bool = False
 
 
 @dataclass(frozen=True)
@@ -460,18 +463,22 @@ class LayerInfo:
     plan: int
     arrival: float
     hops: tuple[LayerHop, ...] = ()
+    room: float = -1.0  # for a stage plan: what we may carry of `holder`'s flow (our flow + spare)
 
 
 @dataclass(frozen=True)
 class LayerSwap:
     """A layer plan's trade for us to ask: `rate` of our flow of `holder` on `hop` to move to `to`,
-    and `partner`'s flow on `to` to move to `hop` (an `Offer` with `layer_partner`)."""
+    and `partner`'s flow on `to` to move to `hop` (an `Offer` with `layer_partner`). With `onward`
+    set, a stage plan's hand-over instead: `to` takes `rate` of our flow on `hop` over and runs it
+    on to `onward` (a one-step corridor, swarm/flow/stage_plans.py); `partner` is unused."""
 
     holder: str
     hop: str
     to: str
     partner: str
     rate: float
+    onward: str | None = None
 
 
 @dataclass(frozen=True)

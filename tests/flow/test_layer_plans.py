@@ -99,11 +99,12 @@ def test_plans_are_carried_out_with_the_flow_exact(seed: int, loss: float) -> No
     asks = [e for e in sent if isinstance(e.body, Offer) and e.body.layer_partner is not None]
     if loss == 0.0:
         assert swaps and asks and len(asks) <= len(swaps)  # (a swap whose flow moved meanwhile is dropped)
-    planners = {e.src for e in sent if isinstance(e.body, LayerAsk)}
-    for p in planners:
-        assert sum(isinstance(e.body, LayerAsk) and e.src == p for e in sent) <= LAYER_PLANS * len(
-            bus.agents[p].prev
-        )
+    asks = [e for e in sent if isinstance(e.body, LayerAsk)]
+    for p in {e.src for e in asks}:  # (a stage plan's asks go to the planner's mates)
+        senders = sum(not e.body.stage and e.src == p for e in asks)
+        mates = sum(e.body.stage and e.src == p for e in asks)
+        assert senders <= LAYER_PLANS * len(bus.agents[p].prev)
+        assert mates <= LAYER_PLANS * len(bus.instance.peers_of(bus.agents[p].stage))
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
     assert violations(bus) == []
 

@@ -1,0 +1,267 @@
+"""Which peers of one stage should carry how much, and from whom to whom, solved exactly.
+
+Pure decision code for stage plans (swarm/flow/layer_plans.py). A layer plan keeps every peer's
+throughput; some misses need a stage's peers re-chosen as a whole. Offline, from the protocol's
+converged routes of seed 2 instance 14 of the whole-range sweep (12 x 19, 1.103x the min-cost flow's
+max path after layer plans), re-solving one stage at a time with its throughputs free took it to
+0.994 (docs/routing.md: "Stage plans").
+
+With the stage before (senders a) and the stage after (receivers c) keeping their throughputs, the
+stage's peers b are free: a path a -> b -> c costs `arrival[a] + cost_in[a, b] + cost_out[b, c]`
+(`cost_out` includes c's worst route onwards), and every holder-to-holder path crosses the stage
+once, so the dearest such path used is the swarm's max path cost. For a threshold T, each b picks
+one in-threshold t_b: it may take flow from a where `arrival[a] + cost_in[a, b] <= t_b` and send it
+to c where `t_b + cost_out[b, c] <= T`. Which t_b is a choice among b's in-costs: a small MILP
+(a staircase of binaries per b, "t_b is at least this in-cost"; HiGHS). Feasibility only grows with
+T, so T is found by binary search, to within the gain a plan must bring. Then, with each t_b fixed
+(`_refine`), an LP finds the cheapest flows in total edge cost, or those that keep most of the
+flows now. How a plan is carried out: swarm/flow/stage_moves.py.
+
+HiGHS runs under a wall-clock cap per solve (MILP_SECONDS): a solve that hits it counts as
+infeasible, so on a loaded machine a large stage can get a different (never a wrong) plan.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Mapping
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse import coo_matrix
+
+EPS = 1e-9
+Edge = tuple[str, str]
+Flows = dict[Edge, float]
+SPLIT = 0.5  # where between its dearest in-edge and what its out-edges leave a refined threshold lies
+MILP_SECONDS = 1.0  # a solve that takes longer is given up (the plan is not made)
+
+
+def _solve(
+    supply: Mapping[str, float],
+    demand: Mapping[str, float],
+    room: Mapping[str, float],
+    inc: Mapping[Edge, float],
+    outc: Mapping[Edge, float],
+    top: float,
+    price: Mapping[Edge, float] | None,
+    keep: Mapping[Edge, float] | None = None,
+) -> tuple[dict[Edge, float], dict[Edge, float]] | None:
+    """Flows whose dearest path a -> b -> c costs at most `top`, or None. With `keep` (the flows
+    now), those that keep most of it, and of those the cheapest by `price`."""
+    mids = sorted(room)
+    ins = [e for e in inc if inc[e] <= top + EPS]
+    outs = [e for e in outc if outc[e] <= top + EPS]
+    levels = {b: sorted({inc[e] for e in ins if e[1] == b}) for b in mids}
+    # u[b, k] = 1: b's in-threshold is at least levels[b][k] (a staircase: u[b, k + 1] <= u[b, k])
+    zs = [(b, k) for b in mids for k in range(len(levels[b]))]
+    nx, ny = len(ins), len(outs)
+    kept = [(j, keep[e]) for j, e in enumerate([*ins, *outs]) if keep is not None and keep.get(e, 0.0) > EPS]
+    nw = nx + ny + len(zs)  # first overlap variable: w <= x and w <= the flow now
+    n = nw + len(kept)
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def row(entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        for c, v in entries:
+            rows.append(r)
+            cols.append(c)
+            vals.append(v)
+        lo.append(low)
+        hi.append(high)
+
+    for a, s in supply.items():
+        row([(j, 1.0) for j, e in enumerate(ins) if e[0] == a], s, s)
+    for c, s in demand.items():
+        row([(nx + j, 1.0) for j, e in enumerate(outs) if e[1] == c], s, s)
+    zi = {z: nx + ny + j for j, z in enumerate(zs)}
+    for b in mids:
+        into = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b]
+        row(into + [(nx + j, -1.0) for j, e in enumerate(outs) if e[0] == b], 0.0, 0.0)
+        row(into, -np.inf, max(room[b], 0.0))
+        for k in range(1, len(levels[b])):
+            row([(zi[b, k], 1.0), (zi[b, k - 1], -1.0)], -np.inf, 0.0)
+    rank = {b: {t: k for k, t in enumerate(levels[b])} for b in mids}
+    for j, (a, b) in enumerate(ins):  # a -> b only under b's in-threshold
+        row([(j, 1.0), (zi[b, rank[b][inc[a, b]]], -supply[a])], -np.inf, 0.0)
+    for j, (b, c) in enumerate(outs):  # b -> c only while b's in-threshold leaves room for it
+        over = bisect_right(levels[b], top - outc[b, c] + EPS)  # the first level too high for it
+        if over < len(levels[b]):
+            row([(nx + j, 1.0), (zi[b, over], demand[c])], -np.inf, demand[c])
+    for k, (j, _) in enumerate(kept):
+        row([(nw + k, 1.0), (j, -1.0)], -np.inf, 0.0)
+    matrix = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
+    objective = np.zeros(n)
+    if price is not None:
+        scale = 1e-3 / max(max(price.values(), default=1.0), 1e-9) if kept else 1.0
+        for j, e in enumerate([*ins, *outs]):
+            objective[j] = scale * price[e]
+    objective[nw:] = -1.0  # (kept flow first: a plan that moves less is carried out more surely)
+    integrality = np.zeros(n)
+    integrality[nx + ny : nw] = 1
+    upper = np.full(n, np.inf)
+    upper[nx + ny : nw] = 1.0
+    for k, (_, r) in enumerate(kept):
+        upper[nw + k] = r
+    res = milp(
+        objective,
+        constraints=LinearConstraint(matrix, lo, hi),
+        integrality=integrality,
+        bounds=Bounds(np.zeros(n), upper),
+        options={"time_limit": MILP_SECONDS},
+    )
+    if res.x is None or res.status != 0:
+        return None
+    x = res.x
+    return (
+        {e: float(x[j]) for j, e in enumerate(ins) if x[j] > EPS},
+        {e: float(x[nx + j]) for j, e in enumerate(outs) if x[nx + j] > EPS},
+    )
+
+
+def stage_bottleneck(
+    flows_in: Mapping[Edge, float], flows_out: Mapping[Edge, float], inc: Mapping[Edge, float], outc
+) -> float:
+    """The most expensive used path through the stage (0 without flow)."""
+    worst_in: dict[str, float] = {}
+    for (a, b), r in flows_in.items():
+        if r > EPS:
+            worst_in[b] = max(worst_in.get(b, -np.inf), inc[a, b])
+    used = [worst_in[b] + outc[b, c] for (b, c), r in flows_out.items() if r > EPS and b in worst_in]
+    return max(used, default=0.0)
+
+
+def _least_level(supply, demand, room, inc, outc, below: float, within: float) -> float | None:
+    """The least path cost under `below` (to within `within`) that the stage can be planned to,
+    or None: binary search over the costs of the paths a -> b -> c."""
+    ins: dict[str, list[float]] = {}
+    outs: dict[str, list[float]] = {}
+    for (_, b), v in inc.items():
+        ins.setdefault(b, []).append(v)
+    for (b, _), v in outc.items():
+        outs.setdefault(b, []).append(v)
+    found = {i + o for b in ins for i in ins[b] for o in outs.get(b, ())}
+    levels = sorted(t for t in found if t < below)
+    if not levels or _solve(supply, demand, room, inc, outc, levels[-1], None) is None:
+        return None
+    lo, hi = 0, len(levels) - 1  # levels[hi] is feasible
+    while lo < hi and levels[hi] - levels[lo] > within:
+        mid = (lo + hi) // 2
+        if _solve(supply, demand, room, inc, outc, levels[mid], None) is not None:
+            hi = mid
+        else:
+            lo = mid + 1
+    return levels[hi]
+
+
+def plan_stage(
+    flows_in: Mapping[Edge, float],
+    flows_out: Mapping[Edge, float],
+    arrival: Mapping[str, float],
+    cost_in: Mapping[Edge, float],
+    cost_out: Mapping[Edge, float],
+    onward: Mapping[str, float],
+    room: Mapping[str, float],
+    gain: float,
+    keep: bool = False,
+    top: float | None = None,
+) -> tuple[float, dict[Edge, float], dict[Edge, float]] | None:
+    """The exact stage plan, as (its most expensive path, flows in, flows out), or None when it
+    does not make the most expensive path through the stage cheaper by more than `gain` seconds.
+
+    `flows_in` are the flows a -> b into the stage, `flows_out` b -> c out of it; `cost_in` and
+    `cost_out` hold every pair the plan may use (the edges' own costs), `arrival` every sender's
+    worst route so far, `onward` every receiver's worst route on, `room` what each b may carry.
+    Under the least threshold, the flows of least total edge cost, or with `keep` those that keep
+    most of the flows now (fewer moves, made more surely, but cheap flows leave later plans room).
+    The threshold is found to within `gain` (each try is a MILP); `top` skips that search."""
+    supply: dict[str, float] = {}
+    demand: dict[str, float] = {}
+    for (a, _), r in flows_in.items():
+        if r > EPS:
+            supply[a] = supply.get(a, 0.0) + r
+    for (_, c), r in flows_out.items():
+        if r > EPS:
+            demand[c] = demand.get(c, 0.0) + r
+    if not supply or not demand or len(room) < 2:
+        return None
+    inc = {(a, b): arrival[a] + c for (a, b), c in cost_in.items() if a in supply and b in room}
+    outc = {(b, c): k + onward[c] for (b, c), k in cost_out.items() if c in demand and b in room}
+    if any(e not in inc for e, r in flows_in.items() if r > EPS) or any(
+        e not in outc for e, r in flows_out.items() if r > EPS
+    ):
+        return None  # (a flow whose cost nobody told us: the planner's view is incomplete)
+    now = stage_bottleneck(flows_in, flows_out, inc, outc)
+    if top is None:
+        top = _least_level(supply, demand, room, inc, outc, now - gain, gain)
+    if top is None:
+        return None
+    found = _solve(supply, demand, room, inc, outc, top, None)
+    if found is None:
+        return None
+    now_flows = {**flows_in, **flows_out} if keep else None
+    found = _refine(supply, demand, room, inc, outc, top, found, {**cost_in, **cost_out}, now_flows) or found
+    return stage_bottleneck(found[0], found[1], inc, outc), found[0], found[1]
+
+
+def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> tuple[Flows, Flows] | None:
+    """With the in-thresholds of a feasible plan fixed (each b's halfway between its dearest
+    in-edge and what its dearest out-edge leaves), the cheapest flows by `price`, or with `keep`
+    those that keep most of the flows now: an LP. (Choosing the thresholds and the flows at once
+    is a MILP that took over a second per solve on 26 peers a stage; the LP takes milliseconds.)"""
+    worst_in: dict[str, float] = {}
+    worst_out: dict[str, float] = {}
+    for (a, b), r in found[0].items():
+        if r > EPS:
+            worst_in[b] = max(worst_in.get(b, -np.inf), inc[a, b])
+    for (b, c), r in found[1].items():
+        if r > EPS:
+            worst_out[b] = max(worst_out.get(b, -np.inf), outc[b, c])
+    level = {b: worst_in[b] + SPLIT * (top - worst_out[b] - worst_in[b]) for b in worst_in if b in worst_out}
+    ins = [e for e, v in inc.items() if e[1] in level and v <= level[e[1]] + EPS]
+    outs = [e for e, v in outc.items() if e[0] in level and level[e[0]] + v <= top + EPS]
+    edges = [*ins, *outs]
+    kept = [j for j, e in enumerate(edges) if keep is not None and keep.get(e, 0.0) > EPS]
+    n = len(edges) + len(kept)
+    node_rows = {("a", a): k for k, a in enumerate(supply)}
+    node_rows.update({("c", c): len(supply) + k for k, c in enumerate(demand)})
+    node_rows.update({("b", b): len(supply) + len(demand) + k for k, b in enumerate(level)})
+    a_eq = np.zeros((len(node_rows), n))
+    for j, (a, b) in enumerate(ins):  # sent, and conserved at b
+        a_eq[node_rows["a", a], j] = 1.0
+        a_eq[node_rows["b", b], j] = 1.0
+    for j, (b, c) in enumerate(outs):
+        a_eq[node_rows["c", c], len(ins) + j] = 1.0
+        a_eq[node_rows["b", b], len(ins) + j] = -1.0
+    b_eq = np.array([*supply.values(), *demand.values(), *[0.0] * len(level)])
+    a_ub = np.zeros((len(level) + len(kept), n))
+    b_ub = np.zeros(len(level) + len(kept))
+    rows = {b: k for k, b in enumerate(level)}
+    for j, (_, b) in enumerate(ins):  # b carries at most its room
+        a_ub[rows[b], j] = 1.0
+    for b, k in rows.items():
+        b_ub[k] = max(room[b], 0.0)
+    for k, j in enumerate(kept):  # w <= x
+        a_ub[len(level) + k, len(edges) + k] = 1.0
+        a_ub[len(level) + k, j] = -1.0
+    objective = np.zeros(n)
+    scale = 1e-3 / max(max(price.values(), default=1.0), 1e-9) if kept else 1.0
+    for j, e in enumerate(edges):
+        objective[j] = scale * price[e]
+    objective[len(edges) :] = -1.0  # (kept flow first: a plan that moves less is carried out more surely)
+    bounds = [(0, None)] * len(edges) + [(0, keep[edges[j]]) for j in kept]
+    res = linprog(objective, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq, bounds=bounds, method="highs")
+    if res.status != 0:
+        return None
+    x = res.x
+    return (
+        {e: float(x[j]) for j, e in enumerate(ins) if x[j] > EPS},
+        {e: float(x[len(ins) + j]) for j, e in enumerate(outs) if x[len(ins) + j] > EPS},
+    )
+
+
+__all__ = ["plan_stage", "stage_bottleneck"]
