@@ -34,7 +34,11 @@ EPS = 1e-9
 Edge = tuple[str, str]
 Flows = dict[Edge, float]
 SPLIT = 0.5  # where between its dearest in-edge and what its out-edges leave a refined threshold lies
+REFINES = 4  # LPs that re-fix the thresholds from the last flows and re-solve
 MILP_SECONDS = 1.0  # a solve that takes longer is given up (the plan is not made)
+# Senders x stage peers above which no plan is made: HiGHS took 0.7-2 s per solve at 26 x 26 (under
+# 0.3 s at 19 x 19), and the binary search makes several.
+MAX_BINARIES = 450
 
 
 def _solve(
@@ -50,8 +54,11 @@ def _solve(
     """Flows whose dearest path a -> b -> c costs at most `top`, or None. With `keep` (the flows
     now), those that keep most of it, and of those the cheapest by `price`."""
     mids = sorted(room)
-    ins = [e for e in inc if inc[e] <= top + EPS]
-    outs = [e for e in outc if outc[e] <= top + EPS]
+    cheapest_in = {b: min((v for (_, bb), v in inc.items() if bb == b), default=np.inf) for b in mids}
+    cheapest_out = {b: min((v for (bb, _), v in outc.items() if bb == b), default=np.inf) for b in mids}
+    # (an edge that makes a path over `top` with b's cheapest edge on the other side is never used)
+    ins = [e for e in inc if inc[e] + cheapest_out[e[1]] <= top + EPS]
+    outs = [e for e in outc if outc[e] + cheapest_in[e[0]] <= top + EPS]
     levels = {b: sorted({inc[e] for e in ins if e[1] == b}) for b in mids}
     # u[b, k] = 1: b's in-threshold is at least levels[b][k] (a staircase: u[b, k + 1] <= u[b, k])
     zs = [(b, k) for b in mids for k in range(len(levels[b]))]
@@ -107,11 +114,12 @@ def _solve(
     upper[nx + ny : nw] = 1.0
     for k, (_, r) in enumerate(kept):
         upper[nw + k] = r
+    constraints, bounds = LinearConstraint(matrix, lo, hi), Bounds(np.zeros(n), upper)
     res = milp(
         objective,
-        constraints=LinearConstraint(matrix, lo, hi),
+        constraints=constraints,
         integrality=integrality,
-        bounds=Bounds(np.zeros(n), upper),
+        bounds=bounds,
         options={"time_limit": MILP_SECONDS},
     )
     if res.x is None or res.status != 0:
@@ -187,7 +195,7 @@ def plan_stage(
     for (_, c), r in flows_out.items():
         if r > EPS:
             demand[c] = demand.get(c, 0.0) + r
-    if not supply or not demand or len(room) < 2:
+    if not supply or not demand or len(room) < 2 or len(supply) * len(room) > MAX_BINARIES:
         return None
     inc = {(a, b): arrival[a] + c for (a, b), c in cost_in.items() if a in supply and b in room}
     outc = {(b, c): k + onward[c] for (b, c), k in cost_out.items() if c in demand and b in room}
@@ -200,19 +208,25 @@ def plan_stage(
         top = _least_level(supply, demand, room, inc, outc, now - gain, gain)
     if top is None:
         return None
+    price, now_flows = {**cost_in, **cost_out}, ({**flows_in, **flows_out} if keep else None)
+    best = _solve(supply, demand, room, inc, outc, top, price, now_flows)
+    if best is not None:
+        return stage_bottleneck(best[0], best[1], inc, outc), best[0], best[1]
+    # the MILP ran out of time: a feasible plan's thresholds, then LPs
     found = _solve(supply, demand, room, inc, outc, top, None)
     if found is None:
         return None
-    now_flows = {**flows_in, **flows_out} if keep else None
-    found = _refine(supply, demand, room, inc, outc, top, found, {**cost_in, **cost_out}, now_flows) or found
+    for _ in range(REFINES):  # (each LP keeps the last flows feasible: its objective never rises)
+        better = _refine(supply, demand, room, inc, outc, top, found, price, now_flows)
+        if better is None or better == found:
+            break
+        found = better
     return stage_bottleneck(found[0], found[1], inc, outc), found[0], found[1]
 
 
-def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> tuple[Flows, Flows] | None:
-    """With the in-thresholds of a feasible plan fixed (each b's halfway between its dearest
-    in-edge and what its dearest out-edge leaves), the cheapest flows by `price`, or with `keep`
-    those that keep most of the flows now: an LP. (Choosing the thresholds and the flows at once
-    is a MILP that took over a second per solve on 26 peers a stage; the LP takes milliseconds.)"""
+def _levels(found: tuple[Flows, Flows], inc, outc, top: float, split: float) -> dict[str, float]:
+    """In-thresholds from flows: each b's `split` of the way from its dearest in-edge to what its
+    dearest out-edge leaves under `top`."""
     worst_in: dict[str, float] = {}
     worst_out: dict[str, float] = {}
     for (a, b), r in found[0].items():
@@ -221,10 +235,25 @@ def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> 
     for (b, c), r in found[1].items():
         if r > EPS:
             worst_out[b] = max(worst_out.get(b, -np.inf), outc[b, c])
-    level = {b: worst_in[b] + SPLIT * (top - worst_out[b] - worst_in[b]) for b in worst_in if b in worst_out}
+    return {b: worst_in[b] + split * (top - worst_out[b] - worst_in[b]) for b in worst_in if b in worst_out}
+
+
+def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> tuple[Flows, Flows] | None:
+    """With the in-thresholds of a feasible plan fixed (`_levels`), the cheapest flows by `price`,
+    or with `keep` those that keep most of the flows now: an LP. (Choosing the thresholds and the
+    flows at once is a MILP that took over a second per solve on 26 peers a stage.)"""
+    level = _levels(found, inc, outc, top, SPLIT)
+    return _fixed(supply, demand, room, inc, outc, top, level, price, keep)
+
+
+def _fixed(supply, demand, room, inc, outc, top, level, price, keep) -> tuple[Flows, Flows] | None:
+    """The LP of `_refine` with the in-thresholds `level` given (a stage peer without one carries
+    nothing); None if infeasible."""
     ins = [e for e, v in inc.items() if e[1] in level and v <= level[e[1]] + EPS]
     outs = [e for e, v in outc.items() if e[0] in level and level[e[0]] + v <= top + EPS]
     edges = [*ins, *outs]
+    if not ins or not outs:
+        return None
     kept = [j for j, e in enumerate(edges) if keep is not None and keep.get(e, 0.0) > EPS]
     n = len(edges) + len(kept)
     node_rows = {("a", a): k for k, a in enumerate(supply)}
@@ -250,7 +279,7 @@ def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> 
         a_ub[len(level) + k, j] = -1.0
     objective = np.zeros(n)
     scale = 1e-3 / max(max(price.values(), default=1.0), 1e-9) if kept else 1.0
-    for j, e in enumerate(edges):
+    for j, e in enumerate(edges if price else ()):
         objective[j] = scale * price[e]
     objective[len(edges) :] = -1.0  # (kept flow first: a plan that moves less is carried out more surely)
     bounds = [(0, None)] * len(edges) + [(0, keep[edges[j]]) for j in kept]
