@@ -17,8 +17,10 @@ T, so T is found by binary search, to within the gain a plan must bring. Then, w
 (`_refine`), an LP finds the cheapest flows in total edge cost, or those that keep most of the
 flows now. How a plan is carried out: swarm/flow/stage_moves.py.
 
-HiGHS runs under a wall-clock cap per solve (MILP_SECONDS): a solve that hits it counts as
-infeasible, so on a loaded machine a large stage can get a different (never a wrong) plan.
+HiGHS runs under a wall-clock cap per solve (MILP_SECONDS): a threshold's test that hits it counts
+as infeasible, and a cheapest-flows solve that hits it falls back to LPs on fixed thresholds
+(`_refine`), so on a loaded machine a large stage can get a different (never a wrong) plan; stages
+of over MAX_BINARIES sender x peer pairs get none.
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ Edge = tuple[str, str]
 Flows = dict[Edge, float]
 SPLIT = 0.5  # where between its dearest in-edge and what its out-edges leave a refined threshold lies
 REFINES = 4  # LPs that re-fix the thresholds from the last flows and re-solve
-MILP_SECONDS = 1.0  # a solve that takes longer is given up (the plan is not made)
-# Senders x stage peers above which no plan is made: HiGHS took 0.7-2 s per solve at 26 x 26 (under
-# 0.3 s at 19 x 19), and the binary search makes several.
-MAX_BINARIES = 450
+MILP_SECONDS = 0.25  # a solve that takes longer is given up (counted as infeasible)
+# Senders x stage peers above which no plan is made: HiGHS took 0.7-2 s per solve at 26 x 26 and
+# often over 1 s at 21 x 21 (seed 0 instance 20 of the whole range: 117 s of MILP in one run, 86
+# solves capped at 1 s), under 0.03 s at 19 x 19 (seed 2 instance 14), and a plan makes several.
+MAX_BINARIES = 400
 
 
 def _solve(
