@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.layer_plans import PLAN_WAIT, LayerPlans, _Plan
-from swarm.flow.messages import LayerAsk, LayerHop, LayerInfo, LayerSwap, Offer, SwapOption
+from swarm.flow.messages import LayerAsk, LayerHop, LayerInfo, LayerSwap
 from swarm.flow.news import EPS
 from swarm.flow.stage_assignment import plan_stage, stage_bottleneck
 from swarm.flow.stage_moves import moves_for
@@ -171,16 +171,7 @@ class StagePlans(LayerPlans):
         pushing = any(old is None for _, _, _, old in self.offers.values())
         if rate <= EPS or pushing:
             return
-        oid = self.add_offer(h, d, rate, b)
-        self.asked(oid, d, h, (b,))
-        worst_b = self.worst_of(h, b)
-        option = SwapOption(b, rate, worst_b, self._gen.get(b, 0))
-        bid = self.fresh_arrival(h) + self.link(d)
-        ask = Offer(
-            h, rate, oid, self.label(h), b, bid=bid, state=self.state(), swap_worst=worst_b,
-            swap_options=(option,), corridor_olds=(z,),
-        )  # fmt: skip
-        self.send(d, ask)
+        self.corridor_step(h, d, b, rate, (), (z,))  # (a corridor of one step: no taker after d)
 
 
 __all__ = ["StagePlans", "STAGE_PLANS"]
