@@ -201,13 +201,18 @@ class LayerPlans(Rotations):
             return
         if h not in self.holders or src not in self.next or self.last:
             return
+        self.send(src, self.layer_info(h, msg.plan), reliable=False)
+
+    def layer_info(self, h: str, plan: int, room: float = -1.0) -> LayerInfo:
+        """Our answer to a plan: our worst route so far and every next hop's rate, cost and worst
+        route onwards (`room` only for a stage plan)."""
         out = self.out[h]
         hops = tuple(
             LayerHop(v, out.get(v, 0.0), self.link(v), self.worst_of(h, v))
             for v in self.targets(h)
             if v not in self.holders
         )
-        self.send(src, LayerInfo(h, msg.plan, self.fresh_arrival(h), hops), reliable=False)
+        return LayerInfo(h, plan, self.fresh_arrival(h), hops, room=room)
 
     def _on_swap(self, src: str, msg: LayerSwap) -> None:
         h, b, d, c = msg.holder, msg.hop, msg.to, msg.partner

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm.flow.layer_plans import PLAN_WAIT, LayerPlans, _Plan
-from swarm.flow.messages import LayerAsk, LayerHop, LayerInfo, LayerSwap
+from swarm.flow.messages import LayerAsk, LayerInfo, LayerSwap
 from swarm.flow.news import EPS
 from swarm.flow.stage_assignment import plan_stage, stage_bottleneck
 from swarm.flow.stage_moves import moves_for
@@ -145,13 +145,7 @@ class StagePlans(LayerPlans):
 
     # ------------------------------------------------------------------ mate
     def _onward_info(self, h: str, plan: int) -> LayerInfo:
-        out = self.out[h]
-        hops = tuple(
-            LayerHop(v, out.get(v, 0.0), self.link(v), self.worst_of(h, v))
-            for v in self.targets(h)
-            if v not in self.holders
-        )
-        return LayerInfo(h, plan, self.fresh_arrival(h), hops, room=self.supply(h) + self.spare())
+        return self.layer_info(h, plan, room=self.supply(h) + self.spare())
 
     def stage_info(self, src: str, msg: LayerAsk) -> None:
         h = msg.holder
