@@ -53,11 +53,14 @@ def solve_milp(
     max_nodes: int,
     rel_gap: float,
     start: np.ndarray | None = None,
+    max_checks: int | None = None,
 ) -> np.ndarray | None:
     """Minimise `objective @ x` with `row_lo <= matrix @ x <= row_hi`, `0 <= x <= col_hi` and the
     `integral` columns integers: the best x found within `max_nodes` nodes (the optimum to within
     `rel_gap` when HiGHS proves one), or None when none was found (infeasible, or not found in time).
-    A feasible `start` is the first incumbent, so the answer is never worse than it.
+    A feasible `start` is the first incumbent, so the answer is never worse than it. `max_checks`
+    bounds the work: HiGHS asks its interrupt callback at points of the search that do not depend
+    on the clock (the root's cut and heuristic loops included), and the solve stops at that many.
     """
     h = _new_highs()
     for name, value in (
@@ -89,6 +92,15 @@ def solve_milp(
         first.col_value = np.asarray(start, dtype=float)
         first.value_valid = True
         h.setSolution(first)
+    if max_checks is not None:
+        checks = [0]
+
+        def count(event) -> None:
+            checks[0] += 1
+            if checks[0] > max_checks:
+                event.interrupt()
+
+        h.cbMipInterrupt.subscribe(count)
     h.run()
     if h.getModelStatus() == highspy.HighsModelStatus.kInfeasible:
         return None

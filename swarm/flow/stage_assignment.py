@@ -45,11 +45,12 @@ SPLIT = 0.5  # where between its dearest in-edge and what its out-edges leave a 
 REFINES = 4  # LPs that re-fix the thresholds from the last flows and re-solve
 MILP_NODES = 300  # branch-and-bound nodes a solve may take (none found within them: infeasible)
 MILP_GAP = 0.02  # a cheapest-flows solve stops within this relative gap of its bound
+MILP_CHECKS = 50  # HiGHS interrupt checks a solve may take (a measure of work that is not the clock)
 MILP_START_NODES = 20  # nodes for a cheapest-flows solve, which starts from a threshold test's flows
 # Senders x stage peers above which no plan is made: HiGHS took 0.7-2 s per solve at 26 x 26 and
 # often over 1 s at 21 x 21 (seed 0 instance 20 of the whole range: 117 s of MILP in one run, 86
 # solves capped at 1 s), under 0.03 s at 19 x 19 (seed 2 instance 14), and a plan makes several.
-MAX_BINARIES = 400
+MAX_BINARIES = 300
 
 
 def _solve(
@@ -141,7 +142,7 @@ def _solve(
         upper[nw + k] = r
     first = None if start is None else _start_vector(start, ins, outs, zi, rank, inc, kept, n, nw)
     nodes = MILP_NODES if start is None else MILP_START_NODES
-    x = solve_milp(objective, matrix, lo, hi, upper, integral, nodes, MILP_GAP, first)
+    x = solve_milp(objective, matrix, lo, hi, upper, integral, nodes, MILP_GAP, first, MILP_CHECKS)
     if x is None:
         return None
     return (
