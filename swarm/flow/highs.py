@@ -1,12 +1,14 @@
-"""A deterministic MILP: HiGHS through its own binding (highspy), bounded by branch-and-bound nodes
-rather than by seconds, so that the same instance gets the same answer on any machine and load.
+"""A deterministic MILP: HiGHS through its own binding (highspy), its work bounded by counts
+(branch-and-bound nodes, interrupt checks) rather than by seconds, so that the same instance gets
+the same answer on any machine and under any load.
 
-Why not scipy.optimize.milp, which the LP references use: its only bound on work is a wall-clock
-`time_limit`. Under the 0.25 s cap that stage plans had, 27 of 101 feasible MILPs recorded on five
-sweep runs were given up as infeasible, and which ones depended on the machine's load. Its bundled
-HiGHS (1.12 in scipy 1.17) also took twice as long on those MILPs as highspy's with the same
-options. highspy takes HiGHS' own options: one thread, a node limit, and no RINS / RENS sub-MIPs
-(on those MILPs they took most of the root's time).
+Why not scipy.optimize.milp, which the LP references use: it bounds work by a wall-clock
+`time_limit` or a node limit, and the root node, where most of the time went, obeys only the
+clock. Under the 0.25 s cap that stage plans had, 27 of 101 feasible MILPs recorded on five sweep
+runs were given up as infeasible, and which ones depended on the machine's load. Its bundled HiGHS
+(1.12 in scipy 1.17) also took twice as long on those MILPs as highspy's with the same options.
+highspy takes HiGHS' own options (one thread, a node limit, no RINS / RENS sub-MIPs) and its
+callbacks (the interrupt checks; docs/routing.md, "Stage plans without a clock").
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def solve_milp(
 ) -> np.ndarray | None:
     """Minimise `objective @ x` with `row_lo <= matrix @ x <= row_hi`, `0 <= x <= col_hi` and the
     `integral` columns integers: the best x found within `max_nodes` nodes (the optimum to within
-    `rel_gap` when HiGHS proves one), or None when none was found (infeasible, or not found in time).
+    `rel_gap` when HiGHS proves one), or None when none was found (infeasible, or none within the limits).
     A feasible `start` is the first incumbent, so the answer is never worse than it. `max_checks`
     bounds the work: HiGHS asks its interrupt callback at points of the search that do not depend
     on the clock (the root's cut and heuristic loops included), and the solve stops at that many.

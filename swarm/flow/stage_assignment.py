@@ -17,14 +17,16 @@ T, so T is found by binary search, to within the gain a plan must bring. Then, w
 (`_refine`), an LP finds the cheapest flows in total edge cost, or those that keep most of the
 flows now. How a plan is carried out: swarm/flow/stage_moves.py.
 
-Each MILP is bounded by branch-and-bound nodes (MILP_NODES; swarm/flow/highs.py), not seconds, so
-a plan does not depend on the machine's load. A threshold's test that finds no solution within them
-counts as infeasible; a cheapest-flows solve takes the best it found, or falls back to LPs on fixed
-thresholds (`_refine`). Besides the staircase's edge-by-edge rows, each (b, level) has two rows on
-b's total flow (the in-edges that need that level, the out-edges it rules out): the same integer
-solutions, a tighter relaxation. On 198 solves recorded from five sweep runs, at 10 nodes, they took
-the MILPs from 15.4 s to 12.6 s and found 89 of the 101 feasible ones feasible instead of 70; at 300
-nodes all 101 in 14.0 s. Stages of over MAX_BINARIES sender x peer pairs get no plan.
+Each MILP's work is bounded without a clock (swarm/flow/highs.py): by branch-and-bound nodes
+(MILP_NODES) and by HiGHS' interrupt checks (MILP_CHECKS, which also come in the root's cut and
+heuristic loops, where most of the time went), so a plan is the same on any machine and load. A
+threshold's test that finds no solution within them counts as infeasible. The cheapest-flows solve
+starts from the last test's flows, so it never ends with less. Besides the staircase's edge-by-edge
+rows, each (b, level) has two rows on b's total flow (the in-edges that need that level, the
+out-edges it rules out): the same integer solutions, a tighter relaxation. On 198 solves recorded
+from five sweep runs, at 10 nodes, they took the MILPs from 15.4 s to 12.6 s and found 89 of the
+101 feasible ones feasible instead of 70. Stages of over MAX_BINARIES sender x peer pairs get no
+plan.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ MILP_NODES = 300  # branch-and-bound nodes a solve may take (none found within t
 MILP_GAP = 0.02  # a cheapest-flows solve stops within this relative gap of its bound
 MILP_CHECKS = 50  # HiGHS interrupt checks a solve may take (a measure of work that is not the clock)
 MILP_START_NODES = 20  # nodes for a cheapest-flows solve, which starts from a threshold test's flows
-# Senders x stage peers above which no plan is made: HiGHS took 0.7-2 s per solve at 26 x 26 and
-# often over 1 s at 21 x 21 (seed 0 instance 20 of the whole range: 117 s of MILP in one run, 86
-# solves capped at 1 s), under 0.03 s at 19 x 19 (seed 2 instance 14), and a plan makes several.
+# Senders x stage peers above which no plan is made: with 300 nodes and no check limit, solves at
+# 17 x 17 to 19 x 21 took 0.8-1.6 s each on average (seed 0 instances 15 and 20, seed 2 instance 3
+# of the whole range; 47-105 s of MILP in one run) and rarely paid; seed 2 instance 14's plans are
+# at most 8 x 26 (under 0.05 s a solve).
 MAX_BINARIES = 300
 
 

@@ -74,3 +74,13 @@ def test_a_stage_plan_is_the_same_every_time(seed: int) -> None:
     assert first is not None  # (four loaded peers, eight idle: there is a better plan)
     for _ in range(2):
         assert plan_stage(*stage, 0.01) == first
+
+
+def test_a_solve_cut_short_by_its_checks_gives_the_same_answer_every_time() -> None:
+    rng = np.random.default_rng(7)  # (a 40-item, 6-constraint knapsack: more than a few checks)
+    weights = rng.uniform(1.0, 10.0, size=(6, 40))
+    values = -rng.uniform(1.0, 10.0, size=40)
+    args = (values, csr_matrix(weights), [-np.inf] * 6, [40.0] * 6, np.ones(40), np.ones(40, dtype=bool))
+    answers = [solve_milp(*args, 10**6, 0.0, None, 5) for _ in range(3)]
+    assert answers[0] is not None
+    assert all(np.array_equal(answers[0], a) for a in answers[1:])
