@@ -104,6 +104,7 @@ def _solve(
         row([(nx + j, 1.0) for j, e in enumerate(outs) if e[1] == c], s, s)
     zi = {z: nx + ny + j for j, z in enumerate(zs)}
     rank = {b: {t: k for k, t in enumerate(levels[b])} for b in mids}
+    over = {e: bisect_right(levels[e[0]], top - outc[e] + EPS) for e in outs}  # its first level too high
     total = sum(supply.values())
     for b in mids:
         into = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b]
@@ -115,19 +116,14 @@ def _solve(
         for k in range(len(levels[b])):  # b's flow on edges that need level k, or that it rules out
             need = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b and rank[b][inc[e]] >= k]
             row([*need, (zi[b, k], -cap)], -np.inf, 0.0)
-            banned = [
-                (nx + j, 1.0)
-                for j, e in enumerate(outs)
-                if e[0] == b and bisect_right(levels[b], top - outc[e] + EPS) <= k
-            ]
+            banned = [(nx + j, 1.0) for j, e in enumerate(outs) if e[0] == b and over[e] <= k]
             if banned:
                 row([*banned, (zi[b, k], cap)], -np.inf, cap)
     for j, (a, b) in enumerate(ins):  # a -> b only under b's in-threshold
         row([(j, 1.0), (zi[b, rank[b][inc[a, b]]], -supply[a])], -np.inf, 0.0)
     for j, (b, c) in enumerate(outs):  # b -> c only while b's in-threshold leaves room for it
-        over = bisect_right(levels[b], top - outc[b, c] + EPS)  # the first level too high for it
-        if over < len(levels[b]):
-            row([(nx + j, 1.0), (zi[b, over], demand[c])], -np.inf, demand[c])
+        if over[b, c] < len(levels[b]):
+            row([(nx + j, 1.0), (zi[b, over[b, c]], demand[c])], -np.inf, demand[c])
     for k, (j, _) in enumerate(kept):
         row([(nw + k, 1.0), (j, -1.0)], -np.inf, 0.0)
     matrix = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
@@ -182,9 +178,11 @@ def stage_bottleneck(
     return max(used, default=0.0)
 
 
-def _least_level(supply, demand, room, inc, outc, below: float, within: float) -> float | None:
+def _least_level(
+    supply, demand, room, inc, outc, below: float, within: float
+) -> tuple[float, tuple[Flows, Flows]] | None:
     """The least path cost under `below` (to within `within`) that the stage can be planned to,
-    or None: binary search over the costs of the paths a -> b -> c."""
+    with the flows its test found, or None: binary search over the costs of the paths a -> b -> c."""
     ins: dict[str, list[float]] = {}
     outs: dict[str, list[float]] = {}
     for (_, b), v in inc.items():
@@ -193,16 +191,18 @@ def _least_level(supply, demand, room, inc, outc, below: float, within: float) -
         outs.setdefault(b, []).append(v)
     found = {i + o for b in ins for i in ins[b] for o in outs.get(b, ())}
     levels = sorted(t for t in found if t < below)
-    if not levels or _solve(supply, demand, room, inc, outc, levels[-1], None) is None:
+    found = _solve(supply, demand, room, inc, outc, levels[-1], None) if levels else None
+    if found is None:
         return None
-    lo, hi = 0, len(levels) - 1  # levels[hi] is feasible
+    lo, hi = 0, len(levels) - 1  # levels[hi] is feasible, with flows `found`
     while lo < hi and levels[hi] - levels[lo] > within:
         mid = (lo + hi) // 2
-        if _solve(supply, demand, room, inc, outc, levels[mid], None) is not None:
-            hi = mid
+        flows = _solve(supply, demand, room, inc, outc, levels[mid], None)
+        if flows is not None:
+            hi, found = mid, flows
         else:
             lo = mid + 1
-    return levels[hi]
+    return levels[hi], found
 
 
 def plan_stage(
@@ -244,13 +244,15 @@ def plan_stage(
         return None  # (a flow whose cost nobody told us: the planner's view is incomplete)
     now = stage_bottleneck(flows_in, flows_out, inc, outc)
     if top is None:
-        top = _least_level(supply, demand, room, inc, outc, now - gain, gain)
-    if top is None:
-        return None
-    price, now_flows = {**cost_in, **cost_out}, ({**flows_in, **flows_out} if keep else None)
-    found = _solve(supply, demand, room, inc, outc, top, None)
+        least = _least_level(supply, demand, room, inc, outc, now - gain, gain)
+        if least is None:
+            return None
+        top, found = least
+    else:
+        found = _solve(supply, demand, room, inc, outc, top, None)
     if found is None:
         return None
+    price, now_flows = {**cost_in, **cost_out}, ({**flows_in, **flows_out} if keep else None)
     best = _solve(supply, demand, room, inc, outc, top, price, now_flows, found)
     if best is not None:
         return stage_bottleneck(best[0], best[1], inc, outc), best[0], best[1]
