@@ -224,6 +224,7 @@ class MessageBus:
         for other in sorted(agent.prev | agent.next):
             self.agents[other].notify(NeighbourJoined(spec.id, spec.stage), self.now)
         agent.settle()
+        agent.tell_room()
 
     def set_capacity(self, peer_id: str, capacity: float) -> None:
         spec = self.instance.node(peer_id)

@@ -10,6 +10,7 @@ done as a wave of news; see `Node.observe`).
 from __future__ import annotations
 
 from swarm.flow.agent import EPS, Env, Sender
+from swarm.flow.holder_ceiling import HolderCeiling
 from swarm.flow.holder_hand_overs import HolderHandOvers
 from swarm.flow.messages import Body, Cancel, CancelDone, Moved, Offer, Reply, State
 from swarm.flow.node import Node
@@ -28,7 +29,7 @@ EPOCHS_WITH_SHARED_LINKS = False
 STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
 
 
-class HolderAgent(HolderHandOvers, HolderRamp):
+class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
     """Source and sink of one commodity (this holder's microbatches)."""
 
     trades = False  # improvement moves go to stage-0 peers with spare only (see `Sender.trades`)
@@ -54,9 +55,10 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         self.init_walks()
         self.init_holder_hand_overs()
         self.init_ramp()
+        self.init_ceiling()
 
     def supply(self, h: str) -> float:
-        return self.ramped()
+        return self.capped(self.ramped())
 
     def label(self, h: str) -> int:
         return self.src_label
@@ -107,6 +109,12 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         if token == "ramp":
             if self.on_ramp_timer():
                 self.settle()
+            return
+        if token == "quiet":
+            self.on_quiet_timer()
+            return
+        if token == "may_cap":
+            self.on_may_cap_timer()
             return
         if token != "stall":
             return
@@ -163,7 +171,8 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         self.renew_walks()
 
     def set_demand(self, demand: float) -> None:
-        self.demand = demand
+        old, self.demand = self.demand, demand
+        self.tell_room(old)
         self.renew_walks()
         self.settle()
 
@@ -173,8 +182,10 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         if not self.check_ready():
             return
         ex = self.excess(h)
+        pushed = False
         if ex > EPS:
             left = self.push(h)
+            pushed = left < ex - EPS
             if left > EPS and self.link_limits:
                 self._preempt(left)
         elif ex < -EPS:
@@ -182,6 +193,7 @@ class HolderAgent(HolderHandOvers, HolderRamp):
         if not self.offers and not self.cancels:
             self.try_improve()
         self._watch_stall()
+        self.watch_refusal(pushed)
         self.arm_walk()
         self.arm_ramp()
         self.announce()

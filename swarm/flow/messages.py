@@ -482,6 +482,13 @@ class LayerSwap:
 
 
 @dataclass(frozen=True)
+class RoomNews:
+    """New capacity joined the swarm: the sender joined or grew, or is a holder that wants less.
+    Holders that capped what they send push their refused demand again (swarm/flow/holder_ceiling.py).
+    Reliable; sent to holders, who take it from any node (forged news costs a push, nothing more)."""
+
+
+@dataclass(frozen=True)
 class EdgesDropped:
     """We wrote you off (a failed call, a lapsed record) and dropped every flow on our edges with
     you: drop yours (best effort; the envelope's `gen` says it, and any later message of ours does)."""
@@ -536,6 +543,7 @@ Body = (
     | LayerAsk
     | LayerInfo
     | LayerSwap
+    | RoomNews
     | EdgesDropped
     | Ack
 )

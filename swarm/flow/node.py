@@ -36,6 +36,7 @@ from swarm.flow.messages import (
     Reply,
     Resynced,
     Return,
+    RoomNews,
     RotateAsk,
     RotateHint,
     State,
@@ -217,6 +218,10 @@ class Node(Views):
             if envelope.seq in seen:
                 return  # a retransmission of something already applied
             seen.add(envelope.seq)
+        if isinstance(body, RoomNews):  # from any node (a joiner deep in the swarm): moves no flow
+            self.depth = max(self.depth, envelope.depth)
+            self.on_room_news()
+            return
         if gone:
             return  # from a node we consider gone: its flow was already written off
         self.depth = max(self.depth, envelope.depth)
@@ -288,6 +293,12 @@ class Node(Views):
 
     def on_layer(self, src: str, body: LayerAsk | LayerInfo | LayerSwap) -> None:
         """A layer plan's ask, answer or trade (swarm/flow/layer_plans.py)."""
+
+    def on_room_news(self) -> None:
+        """New capacity joined the swarm (swarm/flow/holder_ceiling.py); only holders act on it."""
+
+    def send_room_news(self, holder: str) -> None:
+        self.send(holder, RoomNews())
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from swarm.flow.agent import EPS, Env
 from swarm.flow.ask_budget import dearer_news_to_all
 from swarm.flow.bids import PeerBids
+from swarm.flow.holder_ceiling import ceilings_apply
 from swarm.flow.messages import (
     INF,
     Announce,
@@ -286,10 +287,19 @@ class PeerAgent(PeerBids):
         return 2 + len(self.next) // 2
 
     def set_capacity(self, capacity: float) -> None:
-        self.capacity = capacity
+        grew, self.capacity = capacity > self.capacity + EPS, capacity
+        if grew:
+            self.tell_room()
         self.reset_exchanges()
         self.budget = max(self.budget, self.base_budget())
         self.settle()
+
+    def tell_room(self) -> None:
+        """We joined or grew: holders that capped their refused demand may push it again
+        (swarm/flow/holder_ceiling.py; only where that applies)."""
+        if ceilings_apply(self.link_limits, len(self.holders), self.env):
+            for h in self.holders:
+                self.send_room_news(h)
 
     # ---------------------------------------------------------------- core
     def settle(self) -> None:

@@ -55,6 +55,9 @@ class LiveFlow:
     # tests/live/test_churn.py's stage of three 1-microbatch/s replicas was not routed to one of them
     # in iteration 1. The bus and the simulator use them.
     relabel_epochs = False
+    # Nor do holders cap refused demand (swarm/flow/holder_ceiling.py): live, a joiner does not yet
+    # tell every holder that it brings room, so a capped holder would not push again.
+    room_news = False
 
     def __init__(self, node: SwarmNode, *, stage: int, stages: int, capacity: float, compute_s: float,
                  activation_bytes: float, region: str = "",
