@@ -96,28 +96,24 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         return abs(self.served() - served) > EPS or abs(self.home() - home) > EPS
 
     def timer(self, token: str) -> None:
+        """Walks, refresh waves, the ramp and the ceiling (their own modules), and the stall check."""
+        handler = {
+            "walk": self.on_walk_timer,
+            "wave": self.on_wave_timer,
+            "quiet": self.on_quiet_timer,
+            "may_cap": self.on_may_cap_timer,
+            "stall": self.on_stall_timer,
+        }.get(token)
+        if handler is not None:
+            handler()
+        elif token == "ramp" and self.on_ramp_timer():
+            self.settle()
+
+    def on_stall_timer(self) -> None:
         """Stall check: flow stuck and nothing more home for a while means excess sits in the swarm
         with labels counting up through residual cycles (also while it drains back, one label step
         per exchange of news). A new relabel epoch replaces that count with a fresh descent
         (`Node.observe`)."""
-        if token == "walk":
-            self.on_walk_timer()
-            return
-        if token == "wave":
-            self.on_wave_timer()
-            return
-        if token == "ramp":
-            if self.on_ramp_timer():
-                self.settle()
-            return
-        if token == "quiet":
-            self.on_quiet_timer()
-            return
-        if token == "may_cap":
-            self.on_may_cap_timer()
-            return
-        if token != "stall":
-            return
         self._stall_armed = False
         stuck = self.served() - self.home() > STUCK_SHARE * self.served() + EPS
         if stuck and self.home() <= self._stall_mark[1] + EPS and self._epochs_left > 0:
