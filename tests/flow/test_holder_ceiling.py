@@ -5,12 +5,14 @@ into the swarm, and a join or a holder that wants less lets it push again."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
 from swarm.flow import cost
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.churn import add_random_peer, remove_random_peer
 from swarm.flow.generate import random_instance
 from swarm.flow.holder_agent import HolderAgent
 from swarm.flow.instance import PeerSpec
@@ -152,3 +154,29 @@ def test_an_environment_without_room_news_keeps_ceilings_off() -> None:
 def test_room_news_crosses_the_codec() -> None:
     env = Envelope("joiner", "h0", 4, 9, RoomNews())
     assert from_wire(to_wire(env)) == env
+
+
+@pytest.mark.parametrize("k", [42, 54])
+def test_lossy_swarms_keep_the_exact_maximum_through_random_events(k: int) -> None:
+    """Two of 150 random lossy swarms where a holder that capped after 4 quiet retry periods (not
+    24) did so while lost news was still being sent again, and missed the exact maximum (the first
+    convergence of swarm 42, a join on swarm 54)."""
+    rng = random.Random(1000 + k)
+    stages, per_stage, n_holders = rng.randint(3, 8), rng.randint(2, 6), rng.randint(2, 4)
+    inst = random_instance(stages * per_stage, stages, n_holders, 1000 + k)
+    inst = dataclasses.replace(inst, link_capacity=True)
+    bus = MessageBus(inst, seed=k, loss=0.05)
+    settled_exactly(bus)
+    for e in range(12):
+        kind = rng.choice(["crash", "join", "cap", "demand"])
+        if kind == "crash":
+            remove_random_peer(bus, rng)
+        elif kind == "join":
+            add_random_peer(bus, rng, f"j{k}_{e}")
+        elif kind == "cap":
+            p = rng.choice(bus.instance.peers)
+            bus.set_capacity(p.id, max(0.1, p.capacity * rng.choice([0.5, 2.0])))
+        else:
+            h = rng.choice(bus.instance.holders)
+            bus.set_demand(h.id, max(0.1, h.demand * rng.choice([0.5, 2.0])))
+        settled_exactly(bus)
