@@ -12,7 +12,7 @@ on every stage for every holder. On `swarm bench flow-events --holders 4 --link-
 16 x 8) one such crash cost 68,108 messages, 18,909 with the holders keeping their demand out.
 
 A crash never raises the maximum flow, so what the swarm refused before it cannot carry after it.
-Once a holder has been refused for QUIET_WAIT retry periods (24) (all it sent came home, demand is left,
+Once a holder has been refused for QUIET_WAIT retry periods (all it sent came home, demand is left,
 and no stage-0 peer admits more), it sends at most what it carries then. Flow displaced later (a
 stage-0 peer crashed, flow came back) goes in again up to that ceiling. The ceiling is lifted by
 room news (`RoomNews`): a peer that joins or grows tells every holder, and so does a holder that
@@ -95,8 +95,9 @@ class HolderCeiling(Sender):
     def on_quiet_timer(self) -> None:
         """Still refused, unchanged, QUIET_WAIT periods on: send no more than we carry."""
         self._quiet_armed = False
-        if self.ceiling is None and self._may_cap and self._refused() == self._quiet_mark:
-            self.ceiling = self._quiet_mark[0] if self._quiet_mark else None
+        mark = self._quiet_mark
+        if mark is not None and self.ceiling is None and self._may_cap and self._refused() == mark:
+            self.ceiling = mark[0]
         else:
             self.watch_refusal(False)
 
@@ -124,9 +125,7 @@ class HolderCeiling(Sender):
     def tell_room(self, old_demand: float) -> None:
         """We want less: our share of shared links is room for the other holders."""
         if self._ceilings() and self.demand < old_demand - EPS:
-            for h in self.all_holders:
-                if h != self.id:
-                    self.send_room_news(h)
+            self.send_room_news(h for h in self.all_holders if h != self.id)
 
 
 __all__ = ["HolderCeiling", "QUIET_WAIT", "ROOM_WAIT", "ceilings_apply"]

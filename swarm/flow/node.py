@@ -297,8 +297,9 @@ class Node(Views):
     def on_room_news(self) -> None:
         """New capacity joined the swarm (swarm/flow/holder_ceiling.py); only holders act on it."""
 
-    def send_room_news(self, holder: str) -> None:
-        self.send(holder, RoomNews())
+    def send_room_news(self, holders: Iterable[str]) -> None:
+        for h in holders:
+            self.send(h, RoomNews())
 
     def drop_edges(self, node: str) -> None:
         """`node` wrote us off and dropped its side of our edges: drop ours (no messages)."""

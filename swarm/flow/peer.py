@@ -298,8 +298,7 @@ class PeerAgent(PeerBids):
         """We joined or grew: holders that capped their refused demand may push it again
         (swarm/flow/holder_ceiling.py; only where that applies)."""
         if ceilings_apply(self.link_limits, len(self.holders), self.env):
-            for h in self.holders:
-                self.send_room_news(h)
+            self.send_room_news(self.holders)
 
     # ---------------------------------------------------------------- core
     def settle(self) -> None:
