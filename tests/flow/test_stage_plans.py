@@ -216,3 +216,54 @@ def test_stage_messages_cross_the_codec_and_bad_answers_change_nothing() -> None
     ):
         peer.on_layer("s2p1", bad)
     assert {h: dict(out) for h, out in peer.out.items()} == before
+
+
+def _wide_stage(n: int) -> tuple:
+    """n senders all on b0 (paths cost 4) and n - 1 idle stage peers with room 2 and in-edges of
+    many different costs (so many in-thresholds per peer), paths through them at most 2.5."""
+    senders = [f"a{i}" for i in range(n)]
+    mids = [f"b{j}" for j in range(n)]
+    flows_in = {(a, "b0"): 1.0 for a in senders}
+    flows_out = {("b0", "c0"): float(n)}
+    cost_in = {(a, "b0"): 1.0 for a in senders}
+    cost_in |= {
+        (a, b): 1.0 + 0.05 * ((3 * i + 7 * j) % 11)
+        for i, a in enumerate(senders)
+        for j, b in enumerate(mids)
+        if j
+    }
+    cost_out = {("b0", "c0"): 3.0} | {(b, "c0"): 1.0 for b in mids[1:]}
+    room = {"b0": float(n)} | {b: 2.0 for b in mids[1:]}
+    return flows_in, flows_out, {a: 0.0 for a in senders}, cost_in, cost_out, {"c0": 0.0}, room
+
+
+def test_a_stage_wider_than_the_milp_limit_is_planned_with_fewer_thresholds(monkeypatch) -> None:
+    from swarm.flow import stage_assignment
+
+    flows_in, flows_out, arrival, cost_in, cost_out, onward, room = _wide_stage(19)  # 361 pairs
+    assert stage_assignment.stage_pairs(flows_in, room) > stage_assignment.MAX_BINARIES
+    found = plan_stage(flows_in, flows_out, arrival, cost_in, cost_out, onward, room, 0.02)
+    assert found is not None
+    top, new_in, new_out = found
+    assert top <= 2.5 + 1e-9  # (from 4)
+    inc = {e: arrival[e[0]] + c for e, c in cost_in.items()}
+    outc = {e: c + onward[e[1]] for e, c in cost_out.items()}
+    assert stage_bottleneck(new_in, new_out, inc, outc) == pytest.approx(top)
+    for a in arrival:  # every sender's flow placed, no stage peer past its room, flow conserved
+        assert sum(r for (s, _), r in new_in.items() if s == a) == pytest.approx(1.0)
+    for b, r in room.items():
+        into = sum(x for (_, m), x in new_in.items() if m == b)
+        assert into <= r + 1e-6
+        assert into == pytest.approx(sum(x for (m, _), x in new_out.items() if m == b))
+    # past MAX_PAIRS there is no plan at all
+    monkeypatch.setattr(stage_assignment, "MAX_PAIRS", 300)
+    assert plan_stage(flows_in, flows_out, arrival, cost_in, cost_out, onward, room, 0.02) is None
+
+
+def test_coarse_thresholds_keep_the_dearest_and_spread_evenly() -> None:
+    from swarm.flow.stage_assignment import _coarse
+
+    levels = [float(k) for k in range(10)]
+    assert _coarse(levels, None) == levels and _coarse(levels, 12) == levels
+    picked = _coarse(levels, 4)
+    assert picked == [1.0, 4.0, 7.0, 9.0]  # (evenly spread, the dearest always kept)
