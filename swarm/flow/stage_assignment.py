@@ -25,14 +25,13 @@ starts from the last test's flows, so it never ends with less. Besides the stair
 rows, each (b, level) has two rows on b's total flow (the in-edges that need that level, the
 out-edges it rules out): the same integer solutions, a tighter relaxation. On 198 solves recorded
 from five sweep runs, at 10 nodes, they took the MILPs from 15.4 s to 12.6 s and found 89 of the
-101 feasible ones feasible instead of 70. Stages of over MAX_BINARIES sender x peer pairs are
-planned with fewer in-thresholds per peer to choose from (`_coarse`), so the MILP keeps at most
-MAX_BINARIES binaries; stages of over MAX_PAIRS pairs get no plan.
+101 feasible ones feasible instead of 70. Stages of over MAX_BINARIES sender x peer pairs get no
+plan.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections.abc import Mapping
 
 import numpy as np
@@ -55,12 +54,6 @@ MILP_START_NODES = 20  # nodes for a cheapest-flows solve, which starts from a t
 # of the whole range; 47-105 s of MILP in one run) and rarely paid; seed 2 instance 14's plans are
 # at most 8 x 26 (under 0.05 s a solve).
 MAX_BINARIES = 300
-# Wider stages (up to MAX_PAIRS pairs) are planned with fewer in-thresholds per peer (`_coarse`,
-# MAX_BINARIES / peers of each) and less work per solve (WIDE_MILP_CHECKS). Seed 0 instance 19 of
-# the whole-range sweep (15 x 21-42) under the + 5000 timing stayed at 1.057x the min-cost flow's
-# max path with all 27 of its stage plans skipped as too wide.
-MAX_PAIRS = 2000
-WIDE_MILP_CHECKS = 10
 
 
 def _solve(
@@ -73,19 +66,17 @@ def _solve(
     price: Mapping[Edge, float] | None,
     keep: Mapping[Edge, float] | None = None,
     start: tuple[Flows, Flows] | None = None,
-    per_peer: int | None = None,
 ) -> tuple[dict[Edge, float], dict[Edge, float]] | None:
     """Flows whose dearest path a -> b -> c costs at most `top`, or None. With `keep` (the flows
     now), those that keep most of it, and of those the cheapest by `price`. `start`, flows known
-    to fit under `top`, is where the search starts (never a worse answer than it). With
-    `per_peer` (a wide stage), each b chooses among fewer in-thresholds (`_coarse`)."""
+    to fit under `top`, is where the search starts (never a worse answer than it)."""
     mids = sorted(room)
     cheapest_in = {b: min((v for (_, bb), v in inc.items() if bb == b), default=np.inf) for b in mids}
     cheapest_out = {b: min((v for (bb, _), v in outc.items() if bb == b), default=np.inf) for b in mids}
     # (an edge that makes a path over `top` with b's cheapest edge on the other side is never used)
     ins = [e for e in inc if inc[e] + cheapest_out[e[1]] <= top + EPS]
     outs = [e for e in outc if outc[e] + cheapest_in[e[0]] <= top + EPS]
-    levels = {b: _coarse(sorted({inc[e] for e in ins if e[1] == b}), per_peer) for b in mids}
+    levels = {b: sorted({inc[e] for e in ins if e[1] == b}) for b in mids}
     # u[b, k] = 1: b's in-threshold is at least levels[b][k] (a staircase: u[b, k + 1] <= u[b, k])
     zs = [(b, k) for b in mids for k in range(len(levels[b]))]
     nx, ny = len(ins), len(outs)
@@ -112,7 +103,7 @@ def _solve(
     for c, s in demand.items():
         row([(nx + j, 1.0) for j, e in enumerate(outs) if e[1] == c], s, s)
     zi = {z: nx + ny + j for j, z in enumerate(zs)}
-    rank = {e: bisect_left(levels[e[1]], inc[e]) for e in ins}  # the first level that admits e
+    rank = {b: {t: k for k, t in enumerate(levels[b])} for b in mids}
     over = {e: bisect_right(levels[e[0]], top - outc[e] + EPS) for e in outs}  # its first level too high
     total = sum(supply.values())
     for b in mids:
@@ -123,13 +114,13 @@ def _solve(
             row([(zi[b, k], 1.0), (zi[b, k - 1], -1.0)], -np.inf, 0.0)
         cap = min(max(room[b], 0.0), total)
         for k in range(len(levels[b])):  # b's flow on edges that need level k, or that it rules out
-            need = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b and rank[e] >= k]
+            need = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b and rank[b][inc[e]] >= k]
             row([*need, (zi[b, k], -cap)], -np.inf, 0.0)
             banned = [(nx + j, 1.0) for j, e in enumerate(outs) if e[0] == b and over[e] <= k]
             if banned:
                 row([*banned, (zi[b, k], cap)], -np.inf, cap)
     for j, (a, b) in enumerate(ins):  # a -> b only under b's in-threshold
-        row([(j, 1.0), (zi[b, rank[a, b]], -supply[a])], -np.inf, 0.0)
+        row([(j, 1.0), (zi[b, rank[b][inc[a, b]]], -supply[a])], -np.inf, 0.0)
     for j, (b, c) in enumerate(outs):  # b -> c only while b's in-threshold leaves room for it
         if over[b, c] < len(levels[b]):
             row([(nx + j, 1.0), (zi[b, over[b, c]], demand[c])], -np.inf, demand[c])
@@ -148,10 +139,9 @@ def _solve(
     upper[nx + ny : nw] = 1.0
     for k, (_, r) in enumerate(kept):
         upper[nw + k] = r
-    first = None if start is None else _start_vector(start, ins, outs, zi, rank, kept, n, nw)
+    first = None if start is None else _start_vector(start, ins, outs, zi, rank, inc, kept, n, nw)
     nodes = MILP_NODES if start is None else MILP_START_NODES
-    checks = MILP_CHECKS if per_peer is None else WIDE_MILP_CHECKS
-    x = solve_milp(objective, matrix, lo, hi, upper, integral, nodes, MILP_GAP, first, checks)
+    x = solve_milp(objective, matrix, lo, hi, upper, integral, nodes, MILP_GAP, first, MILP_CHECKS)
     if x is None:
         return None
     return (
@@ -160,30 +150,15 @@ def _solve(
     )
 
 
-def _coarse(levels: list[float], per_peer: int | None) -> list[float]:
-    """At most `per_peer` of a stage peer's in-thresholds, spread evenly over them and always its
-    dearest (so every in-edge is still admitted by some threshold): a plan under fewer thresholds
-    is still a plan, only perhaps not the best one."""
-    if per_peer is None or len(levels) <= per_peer:
-        return levels
-    n = len(levels)
-    return [levels[round((i + 1) * n / per_peer) - 1] for i in range(per_peer)]
-
-
-def stage_pairs(flows_in: Mapping[Edge, float], room: Mapping[str, float]) -> int:
-    """Sender x stage peer pairs of a plan: what its MILP's size goes by."""
-    return len({a for (a, _), r in flows_in.items() if r > EPS}) * len(room)
-
-
-def _start_vector(start, ins, outs, zi, rank, kept, n: int, nw: int) -> np.ndarray:
-    """`_solve`'s variables for flows `start`: each b's in-threshold at its dearest in-edge's level."""
+def _start_vector(start, ins, outs, zi, rank, inc, kept, n: int, nw: int) -> np.ndarray:
+    """`_solve`'s variables for flows `start`: each b's in-threshold at its dearest in-edge."""
     x = np.zeros(n)
     flows = [start[0].get(e, 0.0) for e in ins] + [start[1].get(e, 0.0) for e in outs]
     x[: len(flows)] = flows
     top_rank: dict[str, int] = {}
     for e, r in zip(ins, flows, strict=False):
         if r > EPS:
-            top_rank[e[1]] = max(top_rank.get(e[1], 0), rank[e])
+            top_rank[e[1]] = max(top_rank.get(e[1], 0), rank[e[1]][inc[e]])
     for (b, k), j in zi.items():
         x[j] = 1.0 if b in top_rank and k <= top_rank[b] else 0.0
     for k, (j, r) in enumerate(kept):
@@ -204,7 +179,7 @@ def stage_bottleneck(
 
 
 def _least_level(
-    supply, demand, room, inc, outc, below: float, within: float, per_peer: int | None = None
+    supply, demand, room, inc, outc, below: float, within: float
 ) -> tuple[float, tuple[Flows, Flows]] | None:
     """The least path cost under `below` (to within `within`) that the stage can be planned to,
     with the flows its test found, or None: binary search over the costs of the paths a -> b -> c."""
@@ -216,13 +191,13 @@ def _least_level(
         outs.setdefault(b, []).append(v)
     found = {i + o for b in ins for i in ins[b] for o in outs.get(b, ())}
     levels = sorted(t for t in found if t < below)
-    found = _solve(supply, demand, room, inc, outc, levels[-1], None, per_peer=per_peer) if levels else None
+    found = _solve(supply, demand, room, inc, outc, levels[-1], None) if levels else None
     if found is None:
         return None
     lo, hi = 0, len(levels) - 1  # levels[hi] is feasible, with flows `found`
     while lo < hi and levels[hi] - levels[lo] > within:
         mid = (lo + hi) // 2
-        flows = _solve(supply, demand, room, inc, outc, levels[mid], None, per_peer=per_peer)
+        flows = _solve(supply, demand, room, inc, outc, levels[mid], None)
         if flows is not None:
             hi, found = mid, flows
         else:
@@ -259,10 +234,8 @@ def plan_stage(
     for (_, c), r in flows_out.items():
         if r > EPS:
             demand[c] = demand.get(c, 0.0) + r
-    pairs = stage_pairs(flows_in, room)
-    if not supply or not demand or len(room) < 2 or pairs > MAX_PAIRS:
+    if not supply or not demand or len(room) < 2 or len(supply) * len(room) > MAX_BINARIES:
         return None
-    per_peer = None if pairs <= MAX_BINARIES else max(2, MAX_BINARIES // len(room))
     inc = {(a, b): arrival[a] + c for (a, b), c in cost_in.items() if a in supply and b in room}
     outc = {(b, c): k + onward[c] for (b, c), k in cost_out.items() if c in demand and b in room}
     if any(e not in inc for e, r in flows_in.items() if r > EPS) or any(
@@ -271,16 +244,16 @@ def plan_stage(
         return None  # (a flow whose cost nobody told us: the planner's view is incomplete)
     now = stage_bottleneck(flows_in, flows_out, inc, outc)
     if top is None:
-        least = _least_level(supply, demand, room, inc, outc, now - gain, gain, per_peer)
+        least = _least_level(supply, demand, room, inc, outc, now - gain, gain)
         if least is None:
             return None
         top, found = least
     else:
-        found = _solve(supply, demand, room, inc, outc, top, None, per_peer=per_peer)
+        found = _solve(supply, demand, room, inc, outc, top, None)
     if found is None:
         return None
     price, now_flows = {**cost_in, **cost_out}, ({**flows_in, **flows_out} if keep else None)
-    best = _solve(supply, demand, room, inc, outc, top, price, now_flows, found, per_peer)
+    best = _solve(supply, demand, room, inc, outc, top, price, now_flows, found)
     if best is not None:
         return stage_bottleneck(best[0], best[1], inc, outc), best[0], best[1]
     # (HiGHS refused the start: a feasible plan's thresholds, then LPs)
@@ -361,4 +334,4 @@ def _fixed(supply, demand, room, inc, outc, top, level, price, keep) -> tuple[Fl
     )
 
 
-__all__ = ["MAX_BINARIES", "plan_stage", "stage_bottleneck", "stage_pairs"]
+__all__ = ["plan_stage", "stage_bottleneck"]

@@ -32,15 +32,12 @@ from dataclasses import dataclass
 from swarm.flow.layer_plans import PLAN_WAIT, LayerPlans, _Plan
 from swarm.flow.messages import LayerAsk, LayerInfo, LayerSwap
 from swarm.flow.news import EPS
-from swarm.flow.stage_assignment import MAX_BINARIES, plan_stage, stage_bottleneck, stage_pairs
+from swarm.flow.stage_assignment import plan_stage, stage_bottleneck
 from swarm.flow.stage_moves import moves_for
 from swarm.flow.swap_asks import GAIN_S
 
 STAGE_PLANS = True
 STAGE_WAVES = 12  # a plan that takes more waves of moves is not made
-# ... on stages of over MAX_BINARIES sender x peer pairs, more: seed 0 instance 19 of the whole-range
-# sweep (15 x 21-42) under + 5000 found 38 plans 0.1-0.5 s cheaper, all of 15-42 waves.
-WIDE_STAGE_WAVES = 48
 
 
 Flows = dict[tuple[str, str], float]
@@ -134,8 +131,7 @@ class StagePlans(LayerPlans):
         now = stage_bottleneck(f.flows_in, f.flows_out, dear, dear)
         waves, end_in, end_out = moves_for(f.flows_in, f.flows_out, new_in, new_out, dear, now)
         end = stage_bottleneck(end_in, end_out, dear, dear)
-        most = STAGE_WAVES if stage_pairs(f.flows_in, f.room) <= MAX_BINARIES else WIDE_STAGE_WAVES
-        if not waves or len(waves) > most or end >= now - GAIN_S:
+        if not waves or len(waves) > STAGE_WAVES or end >= now - GAIN_S:
             return []  # (too long to go through, or the part that is safe does not pay)
         asks: list[list[tuple[str, LayerSwap]]] = []
         for wave in waves:
