@@ -20,6 +20,7 @@ GAIN_S = 0.02  # an exchange must save more than this (seconds of path cost) to 
 # 1.052x the min-cost flow's (mean) and a mean path within 10% of it on 61 of 90, at 217 messages per
 # peer; 4 gives 1.036x and 65, at 233.
 WIDE_ASKS = 4
+SKIP_HOPELESS = True
 
 
 class SwapAsks(PathNews, AskResyncs):
@@ -89,6 +90,7 @@ class SwapAsks(PathNews, AskResyncs):
         candidates: list[tuple[float, str, str, str]] = []
         tried, link, onwards = self._swap_tried, self.link, self.worst_of
         holders = self.holders
+        hopeless = self.link_limits and SKIP_HOPELESS
         for h in holders:
             used = [(v, link(v), link(v) + onwards(h, v)) for v, r in self.out[h].items() if r > EPS]
             if not used:
@@ -109,18 +111,39 @@ class SwapAsks(PathNews, AskResyncs):
                     candidates.append((best[0], h, best[1], d))
         candidates.sort()
         asked: set[str] = set()
+        spent = 0  # asks charged to the budget: those sent and the hopeless ones (see `_hopeless`)
         for _, h, b, d in candidates:
-            if len(asked) >= min(SWAP_BATCH, self.swap_budget):
+            if len(asked) >= SWAP_BATCH or spent >= self.swap_budget:
                 break
             if d in asked:
                 continue
-            asked.add(d)
             # one ask offers d several of our hops to trade with (those worth it, best first)
             hops = [x for _, x in self._trades_with(h, d)[:WIDE_ASKS]]
             tried.update((h, x, d) for x in hops)
+            if hopeless and self._hopeless(h, d):
+                spent += 1  # charged as if asked and refused, so the trades made stay as they were
+                continue
+            asked.add(d)
+            spent += 1
             self.ask_trade(h, d, b, hops)
-        self.swap_budget -= len(asked)
+        self.swap_budget -= spent
         return bool(asked)
+
+    def _hopeless(self, h: str, d: str) -> bool:
+        """Whether d must refuse a trade of h's flow, as far as we know (only where links are limited:
+        d then takes no hand-over, so only a trade of one of its in-flows of h can be made).
+
+        d refuses when its label is over ours + 1 (a sender with a lower label would lower d's), and
+        when it carries none of h's flow (its state tells no worst route onwards for h): there is no
+        in-flow to trade. Unknown to `worst_of`, which reads it as a free route, so d looked like
+        the best mate to ask."""
+        st = self.views.get(d)
+        if st is None:
+            return False
+        if st.labels.get(h, self.max_label) > self.label(h) + 1:
+            return True
+        p = self.paths.get(d)
+        return h not in st.worst and (p is None or h not in p.worst)
 
     def ask_trade(
         self,
