@@ -28,6 +28,8 @@ class State:
         the current flow through this node pays at most: GWTF's objective, seen from here).
     epochs: per holder, the relabel epoch the labels belong to (absent: 0). A holder whose flow is
         stuck starts a new epoch; labels of an older epoch count as unknown (see `Node.observe`).
+    hand_overs: whether the node may still take a hand-over (swarm/flow/handover.py): an asker does
+        not ask a mate that can neither trade nor take one (`SwapAsks._hopeless`).
     """
 
     node: str
@@ -37,6 +39,7 @@ class State:
     cheapest: Mapping[str, float] = field(default_factory=dict)
     worst: Mapping[str, float] = field(default_factory=dict)
     epochs: Mapping[str, int] = field(default_factory=dict)
+    hand_overs: bool = True
 
 
 @dataclass(frozen=True)

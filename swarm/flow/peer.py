@@ -166,7 +166,8 @@ class PeerAgent(PeerBids):
         out = self.out  # no out-flow of h: no used route to tell (`worst` is None)
         worst = {h: w for h in holders if out[h] and (w := self.worst(h)) is not None}
         labels, epochs = dict(self._labels), dict(self.epoch)
-        return State(self.id, self.stamp(), self.spare(), labels, cheapest, worst, epochs)
+        takes = self.hand_overs != 0 and not self.link_limits  # (-1: not counted yet, see handover.py)
+        return State(self.id, self.stamp(), self.spare(), labels, cheapest, worst, epochs, takes)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:
