@@ -198,7 +198,10 @@ def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
     still in the session the process was started in. A killed process in uninterruptible I/O
     dies when that returns: on a loaded 2-core CI machine one outlived 5 s once, so it gets 20."""
     tree: set[int] = set()
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 20.0)):
+    # SIGKILL is sent again to whatever the session still holds: a process that was starting a
+    # daemon as it died leaves it behind (CI once failed a teardown on a p2pd found running [R]
+    # after the last signal)
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 20.0), (signal.SIGKILL, 5.0)):
         tree |= descendants(proc.pid) | in_session(proc.pid) | {proc.pid}
         for pid in tree:
             try:
@@ -209,7 +212,7 @@ def kill_tree(proc: subprocess.Popen, grace: float = 6.0) -> set[int]:
         while time.time() < deadline and any(alive(p) for p in tree):
             proc.poll()  # reap the direct child so it does not linger as a zombie
             time.sleep(0.1)
-        if not any(alive(p) for p in tree):
+        if not any(alive(p) for p in tree) and not (in_session(proc.pid) - tree):
             break
     proc.wait(timeout=5)
     return {p for p in tree if alive(p)}
