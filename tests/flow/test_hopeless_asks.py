@@ -37,7 +37,7 @@ def _converged(link_capacity: bool) -> MessageBus:
 
 
 def _view(
-    a: PeerAgent, labels: dict[str, int], worst: dict[str, float], spare: float = 0.0, hand_overs: bool = True
+    labels: dict[str, int], worst: dict[str, float], spare: float = 0.0, hand_overs: bool = True
 ) -> State:
     return State("d", 10**6, spare, labels, {"h1": 1.0, "h2": 1.0}, worst, hand_overs=hand_overs)
 
@@ -48,12 +48,12 @@ def test_a_mate_without_the_holders_flow_or_with_a_higher_label_is_hopeless() ->
     assert isinstance(a, PeerAgent)
     mine = a.label("h1")
     a.paths.pop("d", None)
-    a.views["d"] = _view(a, {"h1": mine, "h2": mine}, {"h2": 0.5})
+    a.views["d"] = _view({"h1": mine, "h2": mine}, {"h2": 0.5})
     assert a._hopeless("h1", "d")  # d carries none of h1's flow: nothing to trade
     assert not a._hopeless("h2", "d")
     a.paths["d"] = Paths({}, {"h1": 0.7})  # d's path news tells a route onwards for h1: it carries some
     assert not a._hopeless("h1", "d")
-    a.views["d"] = _view(a, {"h1": mine + 2, "h2": mine + 1}, {"h1": 0.7, "h2": 0.5})
+    a.views["d"] = _view({"h1": mine + 2, "h2": mine + 1}, {"h1": 0.7, "h2": 0.5})
     assert a._hopeless("h1", "d")  # our flow would lower d's label
     assert not a._hopeless("h2", "d")
     del a.views["d"]
@@ -105,19 +105,19 @@ def test_without_link_limits_a_mate_that_may_take_a_hand_over_is_asked(
     mine = a.label("h1")
     a.paths.pop("d", None)
     idle = {"h1": mine, "h2": mine}
-    a.views["d"] = _view(a, idle, {}, spare=1.0, hand_overs=False)
+    a.views["d"] = _view(idle, {}, spare=1.0, hand_overs=False)
     assert not a._hopeless("h1", "d")  # a narrow peer (2 next hops) asks as before
     monkeypatch.setattr(swap_asks, "WIDE_HOPELESS_HOPS", 1)
-    a.views["d"] = _view(a, idle, {}, spare=1.0)
+    a.views["d"] = _view(idle, {}, spare=1.0)
     assert not a._hopeless("h1", "d")  # no flow of h1 to trade, but a hand-over may be made
-    a.views["d"] = _view(a, idle, {}, spare=1.0, hand_overs=False)
+    a.views["d"] = _view(idle, {}, spare=1.0, hand_overs=False)
     assert a._hopeless("h1", "d")  # its hand-overs are spent
-    a.views["d"] = _view(a, idle, {}, spare=0.0)
+    a.views["d"] = _view(idle, {}, spare=0.0)
     assert a._hopeless("h1", "d")  # no room for one
     high = {"h1": mine + 2, "h2": mine + 2}
-    a.views["d"] = _view(a, high, {}, spare=1.0)
+    a.views["d"] = _view(high, {}, spare=1.0)
     assert not a._hopeless("h1", "d")  # an idle mate above us may still take a hand-over
-    a.views["d"] = _view(a, high, {"h1": 0.7}, spare=1.0)
+    a.views["d"] = _view(high, {"h1": 0.7}, spare=1.0)
     assert a._hopeless("h1", "d")  # a busy one would have its label lowered: it refuses
 
 
