@@ -12,6 +12,7 @@ from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
+from swarm.flow.instance import Instance
 from swarm.flow.messages import (
     Exchange,
     ExchangeDone,
@@ -58,8 +59,31 @@ def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
         "quiescent": stats.quiescent,
         "violations": len(violations(bus)),
         "bottleneck_stage": bottleneck_stage(inst, routes),
+        "per_holder": per_holder(inst, routes, optimal),
         "routes": cost.aggregate(routes),
     }
+
+
+def per_holder(
+    inst: Instance, routes: cost.HolderRoutes, optimal: cost.HolderRoutes
+) -> dict[str, dict[str, float]]:
+    """Each holder's demand, flow and max path, beside its share of the exact min-cost flow.
+
+    With several holders the maximum flow can be split among them in many ways, and the min-cost
+    flow (GWTF's objective too) gives contested capacity to the holders whose paths are cheap: a far
+    holder may get little. This shows which split the protocol settled on (docs/routing.md: "Several
+    holders without link limits")."""
+    out = {}
+    for h in inst.holders:
+        mine, best = {h.id: routes.get(h.id, {})}, {h.id: optimal.get(h.id, {})}
+        out[h.id] = {
+            "demand": round(h.demand, 6),
+            "flow": round(cost.flow_value(mine), 6),
+            "optimal_flow": round(cost.flow_value(best), 6),
+            "max_path_cost": round(cost.max_path_cost(inst, mine), 6),
+            "optimal_max_path_cost": round(cost.max_path_cost(inst, best), 6),
+        }
+    return out
 
 
 def exchanging(bus: MessageBus) -> set[str]:

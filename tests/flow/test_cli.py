@@ -44,6 +44,16 @@ def test_random_json() -> None:
     assert out["seconds_over_reference"] == pytest.approx(out["seconds"] / out["reference_seconds"], abs=0.1)
     assert out["flow"] == pytest.approx(out["optimal_flow"], abs=1e-5)
     assert out["violations"] == 0
+    # each holder's share of the flow and its worst path, beside the min-cost flow's split
+    shares = out["per_holder"]
+    assert sorted(shares) == ["h0", "h1"]
+    assert sum(s["flow"] for s in shares.values()) == pytest.approx(out["flow"], abs=1e-5)
+    assert sum(s["optimal_flow"] for s in shares.values()) == pytest.approx(out["optimal_flow"], abs=1e-5)
+    assert max(s["max_path_cost"] for s in shares.values()) == pytest.approx(out["max_path_cost"], abs=1e-5)
+    assert max(s["optimal_max_path_cost"] for s in shares.values()) == pytest.approx(
+        out["optimal_max_path_cost"], abs=1e-5
+    )
+    assert all(0 <= s["flow"] <= s["demand"] + 1e-5 for s in shares.values())
 
 
 def test_link_capacity_bounds_the_flow(tmp_path) -> None:
