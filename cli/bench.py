@@ -30,6 +30,9 @@ def flow(
     stages: int = typer.Option(4, "--stages", help="Random: number of stages."),
     holders: int = typer.Option(1, "--holders", help="Random: number of data holders."),
     seed: int = typer.Option(0, "--seed", help="Seed of the instance, delays and churn."),
+    bus_seed: int | None = typer.Option(
+        None, "--bus-seed", help="Seed of the message delays alone (default: --seed); a sweep names it."
+    ),
     churn: float = typer.Option(
         0.0, "--churn", help="After convergence remove this fraction of peers, add as many, re-converge."
     ),
@@ -54,7 +57,8 @@ def flow(
     inst = load_instance(instance) if instance is not None else random_instance(peers, stages, holders, seed)
     if link_capacity:
         inst = dataclasses.replace(inst, link_capacity=True)
-    bus = MessageBus(inst, seed=seed, delay=(delay_min, delay_max), loss=loss, improve=not no_improve)
+    timing = seed if bus_seed is None else bus_seed
+    bus = MessageBus(inst, seed=timing, delay=(delay_min, delay_max), loss=loss, improve=not no_improve)
     start = time.perf_counter()
     stats = bus.run_until_quiescent()
     seconds = time.perf_counter() - start

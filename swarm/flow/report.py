@@ -141,6 +141,13 @@ class MaxFlowWatch:
             self.rounds = bus.depth - self.start
 
 
+def _rerun(stages: int, per_stage: int, holders: int, seed: int, bus_seed: int, link_capacity: bool) -> str:
+    """The `swarm bench flow` command that runs one sweep run again, on its own."""
+    command = f"swarm bench flow --random --peers {stages * per_stage} --stages {stages} --holders {holders}"
+    command += f" --seed {seed} --bus-seed {bus_seed} --json"
+    return command + (" --link-capacity" if link_capacity else "")
+
+
 def sweep(
     count: int,
     seed: int = 0,
@@ -163,6 +170,8 @@ def sweep(
 
     `polish` adds `polish_bound`: the max path / optimum after greedy exact-information exchanges
     from each run's routes (swarm/flow/polish_bound.py), with the protocol's price and without it.
+    `misses` names every run short of a target (the exact maximum flow, max path within 5%, mean
+    path within 10%), with the `swarm bench flow` command that runs it again.
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -170,6 +179,7 @@ def sweep(
         raise ValueError(f"a sweep needs at least one message timing per instance, got {timings}")
     rng = random.Random(seed)
     worst, mean, rounds, per_peer, flows = [], [], [], [], []
+    misses: list[dict] = []
     priced: list[float] = []
     unpriced: list[float] = []
     for i in range(count):
@@ -179,12 +189,27 @@ def sweep(
         optimal, exact = min_cost_max_flow(inst), max(max_flow_value(inst), 1e-12)
         opt_max, opt_mean = cost.max_path_cost(inst, optimal), cost.mean_path_cost(inst, optimal)
         for t in range(timings):
-            bus = MessageBus(inst, seed=seed * 100_003 + i + 1000 * t)
+            bus_seed = seed * 100_003 + i + 1000 * t
+            bus = MessageBus(inst, seed=bus_seed)
             stats = bus.run_until_quiescent()
             routes = bus.routes()
             flows.append(cost.flow_value(routes) / exact)
             worst.append(cost.max_path_cost(inst, routes) / opt_max)
             mean.append(cost.mean_path_cost(inst, routes) / opt_mean)
+            if flows[-1] < 1 - 1e-6 or worst[-1] > 1.05 + 1e-9 or mean[-1] > 1.10 + 1e-9:
+                miss = {
+                    "instance": i,
+                    "timing": t,
+                    "stages": s,
+                    "peers": s * pps,
+                    "holders": hs,
+                    "flow_over_optimal": round(flows[-1], 4),
+                    "max_path_over_optimal": round(worst[-1], 3),
+                    "mean_path_over_optimal": round(mean[-1], 3),
+                }
+                if activation_bytes == 4 * 2**20:  # `bench flow`'s random instances have 4 MiB
+                    miss["command"] = _rerun(s, pps, hs, seed * 100_003 + i, bus_seed, link_capacity)
+                misses.append(miss)
             rounds.append(stats.rounds)
             per_peer.append(stats.messages / len(bus.agents))
             if polish:
@@ -210,6 +235,7 @@ def sweep(
         "mean_path_over_optimal": spread(mean, 1.10),
         "rounds_mean": round(statistics.mean(rounds), 1),
         "messages_per_peer_mean": round(statistics.mean(per_peer), 1),
+        "misses": misses,
     }
     if polish:
         out["polish_bound"] = {
