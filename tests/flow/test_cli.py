@@ -214,6 +214,12 @@ def test_sweep_names_its_misses_with_a_command_that_runs_each_again() -> None:
     for within in (max_path["within_5pct"], mean_path["within_10pct"]):
         assert out["runs"] - within <= len(misses) <= out["runs"]  # every run outside a figure is named
     assert misses, "this sweep has runs above the figures (a change that fixes them may pick another)"
+    tallies = out["by_holders"].values()
+    assert sum(t["runs"] for t in tallies) == out["runs"]
+    assert sum(t["max_path_within_5pct"] for t in tallies) == max_path["within_5pct"]
+    assert sum(t["mean_path_within_10pct"] for t in tallies) == mean_path["within_10pct"]
+    assert sum(t["exact_max_flow"] for t in tallies) == out["exact_max_flow"]
+    assert {str(m["holders"]) for m in misses} <= set(out["by_holders"])
     miss = misses[0]
     command = miss["command"].split()
     assert command[:3] == ["swarm", "bench", "flow"] and f"--holders {miss['holders']}" in miss["command"]
