@@ -6,9 +6,11 @@ import random
 
 from swarm.flow.instance import HolderSpec, Instance, InstanceError, PeerSpec, geo_matrix
 
+ACTIVATION_BYTES = 4 * 2**20  # one microbatch's activations in a random instance
+
 
 def random_instance(
-    peers: int, stages: int, holders: int = 1, seed: int = 0, activation_bytes: float = 4 * 2**20
+    peers: int, stages: int, holders: int = 1, seed: int = 0, activation_bytes: float = ACTIVATION_BYTES
 ) -> Instance:
     """`peers` stage peers spread over `stages` stages (at least one each), `holders` data holders.
 
