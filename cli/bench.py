@@ -15,7 +15,7 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.churn import churn as apply_churn
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import InstanceError, load_instance
-from swarm.flow.reference import max_flow_value
+from swarm.flow.reference import max_flow_value, with_optimal_demand
 from swarm.flow.report import MaxFlowWatch, figures, sweep
 
 bench_app = typer.Typer(help="Benchmarks that print JSON figures.", no_args_is_help=True)
@@ -43,6 +43,11 @@ def flow(
     link_capacity: bool = typer.Option(
         False, "--link-capacity", help="Links carry at most bandwidth / activation bytes microbatches/s."
     ),
+    optimal_demand: bool = typer.Option(
+        False,
+        "--optimal-demand",
+        help="Diagnostic: every holder asks for its share of the exact min-cost maximum flow.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Run the decentralized routing protocol and compare it with the exact optimum."""
@@ -54,15 +59,20 @@ def flow(
         raise UserError(f"--loss must be in [0, 1), got {loss}")
     if not 0.0 <= delay_min <= delay_max:
         raise UserError("--delay-min and --delay-max must satisfy 0 <= min <= max")
+    if optimal_demand and churn > 0:
+        raise UserError("--optimal-demand hands over the split before churn: give it without --churn")
     inst = load_instance(instance) if instance is not None else random_instance(peers, stages, holders, seed)
     if link_capacity:
         inst = dataclasses.replace(inst, link_capacity=True)
+    reference = inst
+    if optimal_demand:
+        inst = with_optimal_demand(inst)
     timing = seed if bus_seed is None else bus_seed
     bus = MessageBus(inst, seed=timing, delay=(delay_min, delay_max), loss=loss, improve=not no_improve)
     start = time.perf_counter()
     stats = bus.run_until_quiescent()
     seconds = time.perf_counter() - start
-    out = figures(bus, stats)
+    out = figures(bus, stats, reference)
     out["seconds"] = round(seconds, 3)
     _against_reference(out)
     if churn > 0:
@@ -109,6 +119,11 @@ def flow_sweep(
         "--polish-bound",
         help="Also report the max path after greedy exact-information exchanges from each run's routes.",
     ),
+    optimal_demand: bool = typer.Option(
+        False,
+        "--optimal-demand",
+        help="Diagnostic: every holder asks for its share of the exact min-cost maximum flow.",
+    ),
 ) -> None:
     """The routing protocol against the exact optimum over many random instances (JSON figures)."""
     if max_stages < 4 or max_per_stage < 3 or max_holders < 1 or timings < 1:
@@ -126,6 +141,7 @@ def flow_sweep(
         activation_mb * 2**20,
         timings,
         polish,
+        optimal_demand,
     )
     out["seconds"] = round(time.perf_counter() - start, 3)
     _against_reference(out)

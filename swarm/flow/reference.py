@@ -18,7 +18,7 @@ bound if a time limit stops it early). A second MILP then minimises the total co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
@@ -147,6 +147,22 @@ def min_cost_max_flow(instance: Instance) -> dict[str, dict[str, dict[str, float
     if res.status != 0:
         raise RuntimeError(f"min-cost LP failed: {res.message}")
     return _routes(instance, m.edges, res.x)
+
+
+def with_optimal_demand(
+    instance: Instance, optimal: dict[str, dict[str, dict[str, float]]] | None = None
+) -> Instance:
+    """The instance with every holder asking for its share of the exact min-cost maximum flow.
+
+    A diagnostic, not something a holder can know: with several holders the maximum flow can be
+    split among them in many ways, and this hands the protocol the optimum's split, so that what is
+    left of a gap is the paths (docs/routing.md, "Several holders: the split is not what misses").
+    The maximum flow and the minimum cost stay those of `instance` (its optimum meets these demands).
+    """
+    optimal = min_cost_max_flow(instance) if optimal is None else optimal
+    shares = {h: sum(optimal.get(h, {}).get(h, {}).values()) for h in instance.holder_ids()}
+    holders = tuple(replace(h, demand=min(h.demand, shares[h.id])) for h in instance.holders)
+    return replace(instance, holders=holders)
 
 
 @dataclass

@@ -28,15 +28,17 @@ from swarm.flow.messages import (
 )
 from swarm.flow.peer import PeerAgent
 from swarm.flow.polish_bound import polish_bound
-from swarm.flow.reference import max_flow_value, min_cost_max_flow
+from swarm.flow.reference import max_flow_value, min_cost_max_flow, with_optimal_demand
 from swarm.flow.trade_rules import WORST_PATH_PRICE
 
 
-def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
-    """Flow, path costs and message counts of the bus's state, beside the exact optimum."""
+def figures(bus: MessageBus, stats: ProtocolStats, reference: Instance | None = None) -> dict[str, Any]:
+    """Flow, path costs and message counts of the bus's state, beside the exact optimum (of
+    `reference` where the bus routes a variant of it, see `reference.with_optimal_demand`)."""
     inst = bus.instance
+    ref = inst if reference is None else reference
     routes = bus.routes()
-    optimal = min_cost_max_flow(inst)
+    optimal = min_cost_max_flow(ref)
     nodes = len(bus.agents)
     per_node = [stats.sent_by.get(n, 0) for n in bus.agents]
     degree = [len(a.prev | a.next) for a in bus.agents.values()]
@@ -45,7 +47,7 @@ def figures(bus: MessageBus, stats: ProtocolStats) -> dict[str, Any]:
         "stages": inst.stages,
         "holders": len(inst.holders),
         "flow": round(cost.flow_value(routes), 6),
-        "optimal_flow": round(max_flow_value(inst), 6),
+        "optimal_flow": round(max_flow_value(ref), 6),
         "max_path_cost": round(cost.max_path_cost(inst, routes), 6),
         "optimal_max_path_cost": round(cost.max_path_cost(inst, optimal), 6),
         "mean_path_cost": round(cost.mean_path_cost(inst, routes), 6),
@@ -145,11 +147,20 @@ MAX_PATH_WITHIN = 1.05  # issue 3's figures: max path / optimum, mean path / opt
 MEAN_PATH_WITHIN = 1.10
 
 
-def _rerun(stages: int, per_stage: int, holders: int, seed: int, bus_seed: int, link_capacity: bool) -> str:
+def _rerun(
+    stages: int,
+    per_stage: int,
+    holders: int,
+    seed: int,
+    bus_seed: int,
+    link_capacity: bool,
+    optimal_demand: bool,
+) -> str:
     """The `swarm bench flow` command that runs one sweep run again, on its own."""
     command = f"swarm bench flow --random --peers {stages * per_stage} --stages {stages} --holders {holders}"
     command += f" --seed {seed} --bus-seed {bus_seed} --json"
-    return command + (" --link-capacity" if link_capacity else "")
+    command += " --link-capacity" if link_capacity else ""
+    return command + (" --optimal-demand" if optimal_demand else "")
 
 
 def sweep(
@@ -162,6 +173,7 @@ def sweep(
     activation_bytes: float = ACTIVATION_BYTES,
     timings: int = 1,
     polish: bool = False,
+    optimal_demand: bool = False,
 ) -> dict:
     """The protocol against the exact optimum on `count` seeded random geo instances: how often it
     routes the exact maximum flow, the distribution of max and mean path cost over the optimum's,
@@ -176,8 +188,9 @@ def sweep(
     from each run's routes (swarm/flow/polish_bound.py), with the protocol's price and without it.
     `misses` names every run short of a target (the exact maximum flow, max path within 5%, mean
     path within 10%), with the `swarm bench flow` command that runs it again; `by_holders` counts
-    the runs that reach each target per number of holders (several holders split contested
-    capacity by a race: docs/routing.md, "Several holders without link limits").
+    the runs that reach each target per number of holders (docs/routing.md, "Several holders
+    without link limits"). `optimal_demand` hands every holder its share of the min-cost flow as its
+    demand (`reference.with_optimal_demand`, a diagnostic); the figures stay against the optimum.
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -196,9 +209,10 @@ def sweep(
         inst = dataclasses.replace(inst, link_capacity=link_capacity)
         optimal, exact = min_cost_max_flow(inst), max(max_flow_value(inst), 1e-12)
         opt_max, opt_mean = cost.max_path_cost(inst, optimal), cost.mean_path_cost(inst, optimal)
+        routed = with_optimal_demand(inst, optimal) if optimal_demand else inst
         for t in range(timings):
             bus_seed = inst_seed + 1000 * t
-            bus = MessageBus(inst, seed=bus_seed)
+            bus = MessageBus(routed, seed=bus_seed)
             stats = bus.run_until_quiescent()
             routes = bus.routes()
             flows.append(cost.flow_value(routes) / exact)
@@ -224,7 +238,7 @@ def sweep(
                     "mean_path_over_optimal": round(mean[-1], 3),
                 }
                 if activation_bytes == ACTIVATION_BYTES:  # (`bench flow` takes no other size)
-                    miss["command"] = _rerun(s, pps, hs, inst_seed, bus_seed, link_capacity)
+                    miss["command"] = _rerun(s, pps, hs, inst_seed, bus_seed, link_capacity, optimal_demand)
                 misses.append(miss)
             rounds.append(stats.rounds)
             per_peer.append(stats.messages / len(bus.agents))

@@ -8,7 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from swarm.flow import cost
+from swarm.flow.generate import random_instance
 from swarm.flow.instance import instance_from_dict
+from swarm.flow.reference import max_flow_value, min_cost_max_flow, with_optimal_demand
 from tests.flow.test_instances import GOOD
 
 runner = CliRunner()
@@ -201,11 +204,13 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
         assert res.exit_code != 0 and "Traceback" not in res.output
 
 
-def test_sweep_names_its_misses_with_a_command_that_runs_each_again() -> None:
+@pytest.mark.parametrize("demand", [[], ["--optimal-demand"]], ids=["demand", "optimal-demand"])
+def test_sweep_names_its_misses_with_a_command_that_runs_each_again(demand: list[str]) -> None:
     """Several holders on small instances: some runs miss the path figures (docs/routing.md,
-    "Several holders without link limits"); each is named, and its command gives the same figures."""
+    "Several holders without link limits"), also when each holder asks for its share of the
+    optimum; each is named, and its command gives the same figures."""
     args = ["--instances", "6", "--max-stages", "5", "--max-per-stage", "6", "--max-holders", "4"]
-    args += ["--seed", "3"]
+    args += ["--seed", "3", *demand]
     res = runner.invoke(app, ["bench", "flow-sweep", *args])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
@@ -223,6 +228,7 @@ def test_sweep_names_its_misses_with_a_command_that_runs_each_again() -> None:
     miss = misses[0]
     command = miss["command"].split()
     assert command[:3] == ["swarm", "bench", "flow"] and f"--holders {miss['holders']}" in miss["command"]
+    assert ("--optimal-demand" in command) == bool(demand)
     again = json.loads(runner.invoke(app, command[1:]).output)
     assert again["max_path_cost"] / again["optimal_max_path_cost"] == pytest.approx(
         miss["max_path_over_optimal"], abs=1e-3
@@ -230,6 +236,31 @@ def test_sweep_names_its_misses_with_a_command_that_runs_each_again() -> None:
     assert again["mean_path_cost"] / again["optimal_mean_path_cost"] == pytest.approx(
         miss["mean_path_over_optimal"], abs=1e-3
     )
+
+
+def test_optimal_demand_hands_every_holder_its_share_of_the_optimum() -> None:
+    """The diagnostic keeps the maximum flow and the minimum cost; the bench routes with it and
+    compares with the instance's own optimum; it refuses --churn (the split is the one before it)."""
+    inst = random_instance(20, 4, 3, 7)
+    optimal = min_cost_max_flow(inst)
+    handed = with_optimal_demand(inst, optimal)
+    for before, after in zip(inst.holders, handed.holders, strict=True):
+        share = cost.flow_value({before.id: optimal[before.id]})
+        assert after.demand == pytest.approx(min(before.demand, share)) and after.demand <= before.demand
+    assert max_flow_value(handed) == pytest.approx(max_flow_value(inst), rel=1e-6)
+    assert cost.total_cost(handed, min_cost_max_flow(handed)) == pytest.approx(
+        cost.total_cost(inst, optimal), rel=1e-6
+    )
+    args = ["bench", "flow", "--random", "--peers", "20", "--stages", "4", "--holders", "3", "--seed", "7"]
+    res = runner.invoke(app, [*args, "--optimal-demand", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["flow"] == pytest.approx(out["optimal_flow"], rel=1e-6)
+    assert out["optimal_max_path_cost"] == pytest.approx(cost.max_path_cost(inst, optimal), rel=1e-6)
+    for h in handed.holders:
+        assert out["per_holder"][h.id]["demand"] == pytest.approx(h.demand, abs=1e-6)
+    res = runner.invoke(app, [*args, "--optimal-demand", "--churn", "0.2"])
+    assert res.exit_code != 0 and "--optimal-demand" in res.output
 
 
 def test_flow_events_prints_per_event_costs_per_shape_and_refuses_bad_shapes() -> None:
