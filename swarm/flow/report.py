@@ -69,12 +69,12 @@ def figures(bus: MessageBus, stats: ProtocolStats, reference: Instance | None = 
 def per_holder(
     inst: Instance, routes: cost.HolderRoutes, optimal: cost.HolderRoutes
 ) -> dict[str, dict[str, float]]:
-    """Each holder's demand, flow and max path, beside its share of the exact min-cost flow.
+    """Each holder's demand, flow, max and mean path, beside its share of the exact min-cost flow.
 
     With several holders the maximum flow can be split among them in many ways, and the min-cost
     flow (GWTF's objective too) gives contested capacity to the holders whose paths are cheap: a far
-    holder may get little. This shows which split the protocol settled on (docs/routing.md: "Several
-    holders without link limits")."""
+    holder may get little. This shows which split the protocol settled on, and which holders' paths
+    are dear for their share (docs/routing.md: "Several holders: the split is not what misses")."""
     out = {}
     for h in inst.holders:
         mine, best = {h.id: routes.get(h.id, {})}, {h.id: optimal.get(h.id, {})}
@@ -84,6 +84,8 @@ def per_holder(
             "optimal_flow": round(cost.flow_value(best), 6),
             "max_path_cost": round(cost.max_path_cost(inst, mine), 6),
             "optimal_max_path_cost": round(cost.max_path_cost(inst, best), 6),
+            "mean_path_cost": round(cost.mean_path_cost(inst, mine), 6),
+            "optimal_mean_path_cost": round(cost.mean_path_cost(inst, best), 6),
         }
     return out
 

@@ -57,6 +57,9 @@ def test_random_json() -> None:
         out["optimal_max_path_cost"], abs=1e-5
     )
     assert all(0 <= s["flow"] <= s["demand"] + 1e-5 for s in shares.values())
+    for mine, whole in (("flow", "mean_path_cost"), ("optimal_flow", "optimal_mean_path_cost")):
+        weighted = sum(s[mine] * s[whole] for s in shares.values()) / sum(s[mine] for s in shares.values())
+        assert weighted == pytest.approx(out[whole], rel=1e-4)  # the holders' means, flow-weighted
 
 
 def test_link_capacity_bounds_the_flow(tmp_path) -> None:
