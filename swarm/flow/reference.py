@@ -25,7 +25,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 from scipy.sparse import coo_matrix, hstack, vstack
 
-from swarm.flow.cost import layers, max_path_cost
+from swarm.flow.cost import flow_value, layers, max_path_cost
 from swarm.flow.instance import Instance
 
 CLEAN = 1e-7  # LP values below this are solver noise
@@ -160,8 +160,9 @@ def with_optimal_demand(
     The maximum flow and the minimum cost stay those of `instance` (its optimum meets these demands).
     """
     optimal = min_cost_max_flow(instance) if optimal is None else optimal
-    shares = {h: sum(optimal.get(h, {}).get(h, {}).values()) for h in instance.holder_ids()}
-    holders = tuple(replace(h, demand=min(h.demand, shares[h.id])) for h in instance.holders)
+    holders = tuple(
+        replace(h, demand=min(h.demand, flow_value({h.id: optimal.get(h.id, {})}))) for h in instance.holders
+    )
     return replace(instance, holders=holders)
 
 
