@@ -29,6 +29,7 @@ from swarm.flow.messages import (
 from swarm.flow.peer import PeerAgent
 from swarm.flow.polish_bound import polish_bound
 from swarm.flow.reference import max_flow_value, min_cost_max_flow, with_optimal_demand
+from swarm.flow.shared_bound import shared_plan_bound
 from swarm.flow.trade_rules import WORST_PATH_PRICE
 
 
@@ -176,6 +177,7 @@ def sweep(
     timings: int = 1,
     polish: bool = False,
     optimal_demand: bool = False,
+    shared: bool = False,
 ) -> dict:
     """The protocol against the exact optimum on `count` seeded random geo instances: how often it
     routes the exact maximum flow, the distribution of max and mean path cost over the optimum's,
@@ -193,6 +195,9 @@ def sweep(
     the runs that reach each target per number of holders (docs/routing.md, "Several holders
     without link limits"). `optimal_demand` hands every holder its share of the min-cost flow as its
     demand (`reference.with_optimal_demand`, a diagnostic); the figures stay against the optimum.
+    `shared` adds `shared_plan_bound`: the max and mean path / optimum after rounds of stage plans
+    over every holder's flow from each run's routes, as planned and as the protocol's kinds of moves
+    carry them out (swarm/flow/shared_bound.py; without link limits only).
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -204,6 +209,7 @@ def sweep(
     by_holders: dict[int, list[int]] = {}  # holders -> [runs, exact, max path within 5%, mean within 10%]
     priced: list[float] = []
     unpriced: list[float] = []
+    planned: dict[str, list[float]] = {"plans": [], "moves": [], "plans_mean": [], "moves_mean": []}
     for i in range(count):
         s, pps, hs = rng.randint(*stages), rng.randint(*per_stage), rng.randint(*holders)
         inst_seed = seed * 100_003 + i
@@ -248,6 +254,11 @@ def sweep(
                 for price, into in ((WORST_PATH_PRICE, priced), (None, unpriced)):
                     polished, _ = polish_bound(inst, routes, price)
                     into.append(cost.max_path_cost(inst, polished) / opt_max)
+            if shared:
+                for moves, name in ((False, "plans"), (True, "moves")):
+                    replanned, _ = shared_plan_bound(inst, routes, moves)
+                    planned[name].append(cost.max_path_cost(inst, replanned) / opt_max)
+                    planned[f"{name}_mean"].append(cost.mean_path_cost(inst, replanned) / opt_mean)
 
     def spread(values: list[float], within: float) -> dict:
         return {
@@ -273,6 +284,13 @@ def sweep(
             for h, (n, e, m, a) in sorted(by_holders.items())
         },
     }
+    if shared:
+        out["shared_plan_bound"] = {
+            "max_path_over_optimal_plans": spread(planned["plans"], MAX_PATH_WITHIN),
+            "max_path_over_optimal_moves": spread(planned["moves"], MAX_PATH_WITHIN),
+            "mean_path_over_optimal_plans": spread(planned["plans_mean"], MEAN_PATH_WITHIN),
+            "mean_path_over_optimal_moves": spread(planned["moves_mean"], MEAN_PATH_WITHIN),
+        }
     if polish:
         out["polish_bound"] = {
             "max_path_over_optimal_priced": spread(priced, MAX_PATH_WITHIN),

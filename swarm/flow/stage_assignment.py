@@ -32,7 +32,7 @@ plan.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import linprog
@@ -43,6 +43,9 @@ from swarm.flow.highs import solve_milp
 EPS = 1e-9
 Edge = tuple[str, str]
 Flows = dict[Edge, float]
+# Stage peers whose flows share one room: (the mids, their room). With several holders a stage peer
+# is one mid per holder (swarm/flow/shared_stage.py), and its capacity is shared by them.
+Shared = Sequence[tuple[Sequence[str], float]]
 SPLIT = 0.5  # where between its dearest in-edge and what its out-edges leave a refined threshold lies
 REFINES = 4  # LPs that re-fix the thresholds from the last flows and re-solve
 MILP_NODES = 300  # branch-and-bound nodes a solve may take (none found within them: infeasible)
@@ -66,6 +69,7 @@ def _solve(
     price: Mapping[Edge, float] | None,
     keep: Mapping[Edge, float] | None = None,
     start: tuple[Flows, Flows] | None = None,
+    shared: Shared = (),
 ) -> tuple[dict[Edge, float], dict[Edge, float]] | None:
     """Flows whose dearest path a -> b -> c costs at most `top`, or None. With `keep` (the flows
     now), those that keep most of it, and of those the cheapest by `price`. `start`, flows known
@@ -106,13 +110,20 @@ def _solve(
     rank = {b: {t: k for k, t in enumerate(levels[b])} for b in mids}
     over = {e: bisect_right(levels[e[0]], top - outc[e] + EPS) for e in outs}  # its first level too high
     total = sum(supply.values())
+    if shared:  # (a tighter bound per b: only its senders' flow can reach it)
+        reach: dict[str, float] = {}
+        for a, b in ins:
+            reach[b] = reach.get(b, 0.0) + supply[a]
+    for mids_of, space in shared:
+        group = set(mids_of)
+        row([(j, 1.0) for j, e in enumerate(ins) if e[1] in group], -np.inf, max(space, 0.0))
     for b in mids:
         into = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b]
         row(into + [(nx + j, -1.0) for j, e in enumerate(outs) if e[0] == b], 0.0, 0.0)
         row(into, -np.inf, max(room[b], 0.0))
         for k in range(1, len(levels[b])):
             row([(zi[b, k], 1.0), (zi[b, k - 1], -1.0)], -np.inf, 0.0)
-        cap = min(max(room[b], 0.0), total)
+        cap = min(max(room[b], 0.0), reach.get(b, 0.0) if shared else total)
         for k in range(len(levels[b])):  # b's flow on edges that need level k, or that it rules out
             need = [(j, 1.0) for j, e in enumerate(ins) if e[1] == b and rank[b][inc[e]] >= k]
             row([*need, (zi[b, k], -cap)], -np.inf, 0.0)
@@ -179,7 +190,7 @@ def stage_bottleneck(
 
 
 def _least_level(
-    supply, demand, room, inc, outc, below: float, within: float
+    supply, demand, room, inc, outc, below: float, within: float, shared: Shared = ()
 ) -> tuple[float, tuple[Flows, Flows]] | None:
     """The least path cost under `below` (to within `within`) that the stage can be planned to,
     with the flows its test found, or None: binary search over the costs of the paths a -> b -> c."""
@@ -191,13 +202,13 @@ def _least_level(
         outs.setdefault(b, []).append(v)
     found = {i + o for b in ins for i in ins[b] for o in outs.get(b, ())}
     levels = sorted(t for t in found if t < below)
-    found = _solve(supply, demand, room, inc, outc, levels[-1], None) if levels else None
+    found = _solve(supply, demand, room, inc, outc, levels[-1], None, shared=shared) if levels else None
     if found is None:
         return None
     lo, hi = 0, len(levels) - 1  # levels[hi] is feasible, with flows `found`
     while lo < hi and levels[hi] - levels[lo] > within:
         mid = (lo + hi) // 2
-        flows = _solve(supply, demand, room, inc, outc, levels[mid], None)
+        flows = _solve(supply, demand, room, inc, outc, levels[mid], None, shared=shared)
         if flows is not None:
             hi, found = mid, flows
         else:
@@ -216,6 +227,7 @@ def plan_stage(
     gain: float,
     keep: bool = False,
     top: float | None = None,
+    shared: Shared = (),
 ) -> tuple[float, dict[Edge, float], dict[Edge, float]] | None:
     """The exact stage plan, as (its most expensive path, flows in, flows out), or None when it
     does not make the most expensive path through the stage cheaper by more than `gain` seconds.
@@ -225,7 +237,8 @@ def plan_stage(
     worst route so far, `onward` every receiver's worst route on, `room` what each b may carry.
     Under the least threshold, the flows of least total edge cost, or with `keep` those that keep
     most of the flows now (fewer moves, made more surely, but cheap flows leave later plans room).
-    The threshold is found to within `gain` (each try is a MILP); `top` skips that search."""
+    The threshold is found to within `gain` (each try is a MILP); `top` skips that search.
+    `shared`: groups of stage peers whose flows share one room (one peer's flows of several holders)."""
     supply: dict[str, float] = {}
     demand: dict[str, float] = {}
     for (a, _), r in flows_in.items():
@@ -234,9 +247,11 @@ def plan_stage(
     for (_, c), r in flows_out.items():
         if r > EPS:
             demand[c] = demand.get(c, 0.0) + r
-    if not supply or not demand or len(room) < 2 or len(supply) * len(room) > MAX_BINARIES:
+    if not supply or not demand or len(room) < 2:
         return None
     inc = {(a, b): arrival[a] + c for (a, b), c in cost_in.items() if a in supply and b in room}
+    if (len(inc) if shared else len(supply) * len(room)) > MAX_BINARIES:
+        return None
     outc = {(b, c): k + onward[c] for (b, c), k in cost_out.items() if c in demand and b in room}
     if any(e not in inc for e, r in flows_in.items() if r > EPS) or any(
         e not in outc for e, r in flows_out.items() if r > EPS
@@ -244,21 +259,21 @@ def plan_stage(
         return None  # (a flow whose cost nobody told us: the planner's view is incomplete)
     now = stage_bottleneck(flows_in, flows_out, inc, outc)
     if top is None:
-        least = _least_level(supply, demand, room, inc, outc, now - gain, gain)
+        least = _least_level(supply, demand, room, inc, outc, now - gain, gain, shared)
         if least is None:
             return None
         top, found = least
     else:
-        found = _solve(supply, demand, room, inc, outc, top, None)
+        found = _solve(supply, demand, room, inc, outc, top, None, shared=shared)
     if found is None:
         return None
     price, now_flows = {**cost_in, **cost_out}, ({**flows_in, **flows_out} if keep else None)
-    best = _solve(supply, demand, room, inc, outc, top, price, now_flows, found)
+    best = _solve(supply, demand, room, inc, outc, top, price, now_flows, found, shared)
     if best is not None:
         return stage_bottleneck(best[0], best[1], inc, outc), best[0], best[1]
     # (HiGHS refused the start: a feasible plan's thresholds, then LPs)
     for _ in range(REFINES):  # (each LP keeps the last flows feasible: its objective never rises)
-        better = _refine(supply, demand, room, inc, outc, top, found, price, now_flows)
+        better = _refine(supply, demand, room, inc, outc, top, found, price, now_flows, shared)
         if better is None or better == found:
             break
         found = better
@@ -279,15 +294,19 @@ def _levels(found: tuple[Flows, Flows], inc, outc, top: float, split: float) -> 
     return {b: worst_in[b] + split * (top - worst_out[b] - worst_in[b]) for b in worst_in if b in worst_out}
 
 
-def _refine(supply, demand, room, inc, outc, top: float, found, price, keep) -> tuple[Flows, Flows] | None:
+def _refine(
+    supply, demand, room, inc, outc, top: float, found, price, keep, shared: Shared = ()
+) -> tuple[Flows, Flows] | None:
     """With the in-thresholds of a feasible plan fixed (`_levels`), the cheapest flows by `price`,
     or with `keep` those that keep most of the flows now: an LP. (Choosing the thresholds and the
     flows at once is a MILP that took over a second per solve on 26 peers a stage.)"""
     level = _levels(found, inc, outc, top, SPLIT)
-    return _fixed(supply, demand, room, inc, outc, top, level, price, keep)
+    return _fixed(supply, demand, room, inc, outc, top, level, price, keep, shared)
 
 
-def _fixed(supply, demand, room, inc, outc, top, level, price, keep) -> tuple[Flows, Flows] | None:
+def _fixed(
+    supply, demand, room, inc, outc, top, level, price, keep, shared: Shared = ()
+) -> tuple[Flows, Flows] | None:
     """The LP of `_refine` with the in-thresholds `level` given (a stage peer without one carries
     nothing); None if infeasible."""
     ins = [e for e, v in inc.items() if e[1] in level and v <= level[e[1]] + EPS]
@@ -308,8 +327,9 @@ def _fixed(supply, demand, room, inc, outc, top, level, price, keep) -> tuple[Fl
         a_eq[node_rows["c", c], len(ins) + j] = 1.0
         a_eq[node_rows["b", b], len(ins) + j] = -1.0
     b_eq = np.array([*supply.values(), *demand.values(), *[0.0] * len(level)])
-    a_ub = np.zeros((len(level) + len(kept), n))
-    b_ub = np.zeros(len(level) + len(kept))
+    groups = [{b for b in mids_of if b in level} for mids_of, _ in shared]
+    a_ub = np.zeros((len(level) + len(kept) + len(groups), n))
+    b_ub = np.zeros(len(level) + len(kept) + len(groups))
     rows = {b: k for k, b in enumerate(level)}
     for j, (_, b) in enumerate(ins):  # b carries at most its room
         a_ub[rows[b], j] = 1.0
@@ -318,6 +338,12 @@ def _fixed(supply, demand, room, inc, outc, top, level, price, keep) -> tuple[Fl
     for k, j in enumerate(kept):  # w <= x
         a_ub[len(level) + k, len(edges) + k] = 1.0
         a_ub[len(level) + k, j] = -1.0
+    for k, (group, (_, space)) in enumerate(zip(groups, shared, strict=True)):  # a shared room
+        r = len(level) + len(kept) + k
+        b_ub[r] = max(space, 0.0)
+        for j, (_, b) in enumerate(ins):
+            if b in group:
+                a_ub[r, j] = 1.0
     objective = np.zeros(n)
     scale = 1e-3 / max(max(price.values(), default=1.0), 1e-9) if kept else 1.0
     for j, e in enumerate(edges if price else ()):

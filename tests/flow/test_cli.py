@@ -200,8 +200,17 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["timings"] == 2 and out["runs"] == 4 and out["exact_max_flow"] == 4
+    three = [*limited[:6], "--max-holders", "3"]
+    res = runner.invoke(app, ["bench", "flow-sweep", *three, "--shared-plan-bound"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    shared = out["shared_plan_bound"]
+    for kind in ("plans", "moves"):  # (never above the protocol's own routes)
+        worst = shared[f"max_path_over_optimal_{kind}"]["worst"]
+        assert 0 < worst <= out["max_path_over_optimal"]["worst"] + 1e-3
+        assert 0 <= shared[f"mean_path_over_optimal_{kind}"]["within_10pct"] <= 2
     bad_args = (["--instances", "0"], ["--max-stages", "2"], ["--max-holders", "0"], ["--activation-mb", "0"])
-    bad_args += (["--timings", "0"],)
+    bad_args += (["--timings", "0"], ["--shared-plan-bound", "--link-capacity"])
     for bad in bad_args:
         res = runner.invoke(app, ["bench", "flow-sweep", *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output
