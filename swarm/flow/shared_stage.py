@@ -77,7 +77,7 @@ def plan_shared_stage(
     through the stage cheaper by more than `gain`. `cost_in` / `cost_out` are the edges' own costs
     (any holder's flow may use them), `room` each stage peer's capacity for all holders together."""
     flows_in, flows_out, arrival, inc, outc, onward, rooms, shared = keyed(figures, cost_in, cost_out, room)
-    if len({h for (_, h) in arrival}) < 1 or not flows_in:
+    if not flows_in or not arrival:
         return None
     found = plan_stage(flows_in, flows_out, arrival, inc, outc, onward, rooms, gain, shared=shared)
     if found is None:
