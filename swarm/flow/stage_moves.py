@@ -64,9 +64,9 @@ class _Flows:
             self.out_of.setdefault(e[0], []).append((e, r))
             self.onto_of.setdefault(e[1], []).append((e, r))
         self.carried: dict = {}
-        if self.space is not None:
-            for (_, b), r in self.into.items():
-                self.carried[b[0]] = self.carried.get(b[0], 0.0) + r
+        if self.space is not None:  # (per peer: its mids' in-flows together)
+            for (peer, _), r in _carried(self.into).items():
+                self.carried[peer] = self.carried.get(peer, 0.0) + r
 
     def spare(self, mid) -> float:  # noqa: ANN001 - a mid (peer, holder)
         return self.space.get(mid[0], 0.0) - self.carried.get(mid[0], 0.0)
@@ -84,13 +84,16 @@ def _gone(layer: Mapping[Edge, float], e: Edge, rate: float) -> tuple[Edge, ...]
     return (e,) if layer.get(e, 0.0) - rate <= EPS else ()
 
 
+def _carried(flows_in: Mapping[Edge, float]) -> dict:
+    """What each stage peer (or mid) takes in."""
+    into: dict = {}
+    for (_, b), r in flows_in.items():
+        into[b] = into.get(b, 0.0) + r
+    return into
+
+
 def _hand_overs(f: _Flows, new_in, new_out, limit: float):
-    have: dict[str, float] = {}
-    want: dict[str, float] = {}
-    for (_, b), r in f.into.items():
-        have[b] = have.get(b, 0.0) + r
-    for (_, b), r in new_in.items():
-        want[b] = want.get(b, 0.0) + r
+    have, want = _carried(f.into), _carried(new_in)
     for b, hb in have.items():
         extra = hb - want.get(b, 0.0)
         if extra <= EPS:
@@ -116,12 +119,7 @@ def _hand_overs(f: _Flows, new_in, new_out, limit: float):
 def _pairs(f: _Flows, new_in, limit: float):
     """Pairs of hand-overs across holders between two peers B and D: B gives holder h's flow to D
     and takes holder g's flow from D, where the plan wants both and D has no spare for the first."""
-    have: dict = {}
-    want: dict = {}
-    for (_, b), r in f.into.items():
-        have[b] = have.get(b, 0.0) + r
-    for (_, b), r in new_in.items():
-        want[b] = want.get(b, 0.0) + r
+    have, want = _carried(f.into), _carried(new_in)
     extra = {b: v - want.get(b, 0.0) for b, v in have.items() if v - want.get(b, 0.0) > EPS}
     need = {b: v - have.get(b, 0.0) for b, v in want.items() if v - have.get(b, 0.0) > EPS}
     for b, xb in extra.items():  # b = (B, h)
