@@ -17,7 +17,7 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.generate import random_instance
 from swarm.flow.shared_bound import shared_plan_bound
 from swarm.flow.shared_stage import HolderStage, keyed, plan_shared_stage
-from swarm.flow.stage_assignment import plan_stage, stage_bottleneck
+from swarm.flow.stage_assignment import MAX_BINARIES, plan_stage, stage_bottleneck
 from swarm.flow.stage_moves import moves_for
 
 # Holder h's flow runs a -> B -> z and holder g's c -> D -> w; both paths cost 3 + 1 = 4. B and D
@@ -48,6 +48,21 @@ def test_a_shared_plan_swaps_two_holders_that_no_plan_of_one_holder_can_move() -
     # already the plan: nothing to gain
     planned = {h: HolderStage(per_in[h], per_out[h], f.arrival, f.onward) for h, f in CROSSED.items()}
     assert plan_shared_stage(planned, COST_IN, COST_OUT, ROOM, 0.02) is None
+
+
+def test_a_wide_shared_stage_plans_over_its_cheapest_pairs() -> None:
+    # The crossed stage among 160 more peers that are dear on both sides: 2 x 162 sender x peer
+    # pairs, over the MILP's limit. The plan keeps the pairs that carry flow and the cheapest ones.
+    spare = [f"P{k}" for k in range(160)]
+    cost_in = {**COST_IN, **{(a, b): 5.0 for a in ("a", "c") for b in spare}}
+    cost_out = {**COST_OUT, **{(b, c): 5.0 for b in spare for c in ("z", "w")}}
+    room = {**ROOM, **{b: 1.0 for b in spare}}
+    assert len(keyed(CROSSED, cost_in, cost_out, room)[3]) > MAX_BINARIES
+    found = plan_shared_stage(CROSSED, cost_in, cost_out, room, 0.02)
+    assert found is not None
+    top, per_in, _ = found
+    assert top == pytest.approx(2.0)
+    assert per_in == {"h": pytest.approx({("a", "D"): 1.0}), "g": pytest.approx({("c", "B"): 1.0})}
 
 
 def test_the_plan_is_carried_out_by_a_pair_of_hand_overs_in_one_wave() -> None:
