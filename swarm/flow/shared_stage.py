@@ -14,7 +14,9 @@ plans over several holders").
 Each stage peer b becomes one mid (b, h) per holder h; senders and receivers likewise, since a
 holder's flow only continues as that holder's flow. The edges of holder h join (a, h) to (b, h)
 to (c, h) at the edge's own cost, arrivals and routes onwards are each holder's own, and b's room
-(its capacity) is shared by its mids. How the plan is carried out: `stage_moves.moves_for` with
+(its capacity) is shared by its mids. A stage of over `stage_assignment.MAX_BINARIES` pairs plans
+over its pairs that carry flow and its cheapest ones (`stage_assignment._pruned`), so not exactly.
+How the plan is carried out: `stage_moves.moves_for` with
 `space` (hand-overs into spare room, same-holder exchanges, and pairs of hand-overs across holders).
 """
 
