@@ -300,7 +300,7 @@ def _pruned(
     ranked = sorted((v + best_out.get(e[1], np.inf), e) for e, v in inc.items() if e not in kept)
     for _, e in ranked[: max(limit - len(kept), 0)]:
         kept.add(e)
-    return {e: inc[e] for e in kept}
+    return {e: v for e, v in inc.items() if e in kept}  # (in inc's order: the same MILP in any process)
 
 
 def _levels(found: tuple[Flows, Flows], inc, outc, top: float, split: float) -> dict[str, float]:
