@@ -63,6 +63,26 @@ def test_lp_agrees_with_networkx(stages: int, per_stage: int, holders: int, seed
     assert sol.lower_bound <= sol.max_path_cost + 1e-6
 
 
+@pytest.mark.parametrize("seed", [3, 11])
+def test_large_models_take_the_single_commodity_maximum(monkeypatch, seed: int) -> None:
+    """Past LP_MAX_FLOW_VARIABLES (and without link limits) the min-cost LP starts from networkx's
+    maximum instead of the max-flow LP: the same flow at the same total cost."""
+    from swarm.flow import reference
+
+    inst = random_instance(24, 4, 3, seed)
+    small = min_cost_max_flow(inst)
+    monkeypatch.setattr(reference, "LP_MAX_FLOW_VARIABLES", 0)
+    large = min_cost_max_flow(inst)
+    assert cost.flow_value(large) == pytest.approx(cost.flow_value(small), rel=1e-6)
+    assert cost.flow_value(large) == pytest.approx(max_flow_value(inst), rel=1e-6)
+
+    def total(routes) -> float:  # noqa: ANN001
+        edges = ((a, b, r) for t in routes.values() for a, row in t.items() for b, r in row.items())
+        return sum(inst.edge_cost(a, b) * r for a, b, r in edges)
+
+    assert total(large) == pytest.approx(total(small), rel=1e-6)
+
+
 def test_swarm_router_prefers_fast_peers() -> None:
     router = SwarmRouter(seed=0)
     for _ in range(5):
