@@ -154,6 +154,8 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self.paths.pop(node, None)  # (its path news, for walks)
         self.forget_target(node)
         self.budget = self.preempts = 2 if lost else 0
+        if lost:
+            self.ramp_again()
         self.renew_walks()
 
     def drop_edges(self, node: str) -> None:

@@ -63,6 +63,28 @@ def test_a_demand_above_what_the_swarm_carries_still_reaches_the_maximum(seed: i
     assert violations(bus) == []
 
 
+def test_flow_lost_to_churn_goes_in_again_in_steps() -> None:
+    """A stage-0 peer carrying our flow leaves: what we lost goes in again a step at a time (as in
+    the first convergence), and the flow ends at the new exact maximum."""
+    inst = random_instance(5 * 8, 5, 1, seed=3)
+    demand = 0.5 * min(sum(p.capacity for p in inst.peers_of(s)) for s in range(inst.stages))
+    inst = dataclasses.replace(inst, holders=(dataclasses.replace(inst.holders[0], demand=demand),))
+    bus = MessageBus(inst, seed=3)
+    bus.run_until_quiescent()
+    holder = bus.agents[inst.holders[0].id]
+    gone = max(holder.out[holder.id], key=lambda v: (holder.out[holder.id][v], v))
+    lost = holder.out[holder.id][gone]
+    assert lost > demand / RAMP_STEPS  # (more than one step to send again)
+    bus.remove_peer(gone)
+    assert holder.served() == pytest.approx(demand - lost, abs=1e-6)
+    assert holder.supply(holder.id) == pytest.approx(demand - lost + demand / RAMP_STEPS, abs=1e-6)
+    stats = bus.run_until_quiescent()
+    assert stats.quiescent
+    assert holder.supply(holder.id) == pytest.approx(demand, abs=1e-6)  # every step went in again
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(bus.instance), abs=1e-6)
+    assert violations(bus) == []
+
+
 def test_no_ramp_for_a_holder_with_many_stage_0_peers() -> None:
     """A holder with more than WIDE_RAMP_HOPS stage-0 peers sends all its demand at once."""
     inst = random_instance(120, 2, 1, seed=1)
