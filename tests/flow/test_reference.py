@@ -75,12 +75,7 @@ def test_large_models_take_the_single_commodity_maximum(monkeypatch, seed: int) 
     large = min_cost_max_flow(inst)
     assert cost.flow_value(large) == pytest.approx(cost.flow_value(small), rel=1e-6)
     assert cost.flow_value(large) == pytest.approx(max_flow_value(inst), rel=1e-6)
-
-    def total(routes) -> float:  # noqa: ANN001
-        edges = ((a, b, r) for t in routes.values() for a, row in t.items() for b, r in row.items())
-        return sum(inst.edge_cost(a, b) * r for a, b, r in edges)
-
-    assert total(large) == pytest.approx(total(small), rel=1e-6)
+    assert cost.total_cost(inst, large) == pytest.approx(cost.total_cost(inst, small), rel=1e-6)
 
 
 def test_swarm_router_prefers_fast_peers() -> None:
