@@ -178,10 +178,12 @@ class Sender(LinkUse):
     def _cheapest_over_targets(self, h: str) -> float:
         """The uncached `cheapest`: next hops that published spare capacity and can reach h's sink."""
         best = INF
-        link, top = self.link, self.max_label
+        link, top, limits = self.link, self.max_label, self.link_limits
         for v in self.next:
             st = self.views.get(v)
-            if st is None or st.spare <= EPS or st.labels.get(h, top) >= top or self.room(v) <= EPS:
+            if st is None or st.spare <= EPS or st.labels.get(h, top) >= top:
+                continue
+            if limits and self.room(v) <= EPS:
                 continue
             c = link(v) + st.cheapest.get(h, INF)
             if c < best:
@@ -215,13 +217,18 @@ class Sender(LinkUse):
         the sink (see `dead_end`)."""
         options = []
         top, views, link, offered = self.max_label, self.views, self.link, self._offered
+        limits, room = self.link_limits, self.room  # (`room` and `dead_end` inlined: a hot scan)
         for v in self.next:
             st = views.get(v)
             if st is None:
                 continue
-            spare = min(st.spare - offered.get((h, v), 0.0), self.room(v))
-            if spare > EPS and st.labels.get(h, top) < mine and not self.dead_end(st, h):
-                options.append((link(v) + st.cheapest.get(h, INF), v, spare))
+            spare = st.spare - offered.get((h, v), 0.0)
+            if limits:
+                spare = min(spare, room(v))
+            if spare > EPS and st.labels.get(h, top) < mine:
+                route = st.cheapest.get(h, INF)
+                if limits or route < INF:
+                    options.append((link(v) + route, v, spare))
         return options
 
     def _move_targets(self, h: str) -> list[tuple[str, float]]:

@@ -7,6 +7,7 @@ runs on every message a peer handles, so the forward minima are cached (see `Nod
 
 from __future__ import annotations
 
+from swarm.flow.messages import INF
 from swarm.flow.news import EPS
 from swarm.flow.stage_plans import StagePlans
 
@@ -32,14 +33,17 @@ class PeerLabels(StagePlans):
                 cache.update(dict.fromkeys(self.holders, top))
                 counts = self._fwd_count  # next hops at each minimum (see `Views._fold`)
                 counts.update(dict.fromkeys(self.holders, 0))
+                # (`room` and `dead_end` inlined: this rescan reads every next hop for every holder)
+                limits, room, views, holders = self.link_limits, self.room, self.views, self.holders
                 for v in self.next:
-                    st = self.views.get(v)
-                    if st is None or st.spare <= EPS or self.room(v) <= EPS:
+                    st = views.get(v)
+                    if st is None or st.spare <= EPS or (limits and room(v) <= EPS):
                         continue
-                    for h in self.holders:
-                        if self.dead_end(st, h):  # not a residual route (see Node.dead_end)
-                            continue
-                        lab = st.labels.get(h, top)
+                    labels, cheapest = st.labels, st.cheapest
+                    for h in holders:
+                        if not limits and cheapest.get(h, INF) >= INF:
+                            continue  # a dead end: not a residual route (see Node.dead_end)
+                        lab = labels.get(h, top)
                         if lab < cache[h]:
                             cache[h] = lab
                             counts[h] = 1

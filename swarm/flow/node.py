@@ -116,6 +116,7 @@ class Node(Views):
         self._fwd_cache: dict[str, int] = {}
         self._fwd_count: dict[str, int] = {}  # next hops at each `_fwd_cache` minimum (see `_fold`)
         self._worst_cache: dict[str, float | None] = {}  # per holder, until out-flows or views change
+        self._costs_forgotten = 0  # bumped whenever edge costs may have changed (see `forget_costs`)
 
     # ------------------------------------------------------------- channel
     def send(self, dst: str, body: Body, reliable: bool = True) -> None:
@@ -169,6 +170,7 @@ class Node(Views):
 
     def forget_costs(self, node: str | None = None) -> None:
         """Edge costs to `node` (to everyone, without one) changed: drop what was derived from them."""
+        self._costs_forgotten += 1
         if node is None:
             self._links.clear()
             self._caps.clear()

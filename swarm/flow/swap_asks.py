@@ -42,6 +42,8 @@ class SwapAsks(PathNews, AskResyncs):
         self.swap_budget = -1  # set from the number of next hops at the first try
         self._refunded = 0
         self._swap_tried: set[tuple[str, str, str]] = set()
+        self._tried_cleared = 0  # (the tried set only grows between clears: with its size, a version)
+        self._idle_scan: tuple | None = None  # what the last scan that found no trade read
         self._calm_since = 0.0
         self._polish_armed = False
 
@@ -52,12 +54,14 @@ class SwapAsks(PathNews, AskResyncs):
     def reset_exchanges(self) -> None:
         """Churn or a capacity change: the flows around us moved, every exchange may be worth a try."""
         self._swap_tried.clear()
+        self._tried_cleared += 1
         self.swap_budget = -1
         self._refunded = 0
 
     def on_paths(self) -> None:
         """New path costs: trades tried before may pay now (the budget still bounds them)."""
         self._swap_tried.clear()
+        self._tried_cleared += 1
         self.announce()  # our own path costs may have moved
         if not self.offers and not self.cancels:
             self.try_polish()
@@ -93,6 +97,9 @@ class SwapAsks(PathNews, AskResyncs):
         """
         if self.offers or self.cancels:
             return False
+        scan = self._scan_inputs()
+        if scan == self._idle_scan:
+            return False  # nothing the scan reads changed since it last found no trade
         # Per (holder, d), the best option as (gain, h, b, d): the asks go to the first distinct d's
         # in that order, each offered its best hops, as a sort of every option would pick them. The
         # scan ran for every pair of next hops (millions per swarm at 62 next hops); it now walks
@@ -119,6 +126,9 @@ class SwapAsks(PathNews, AskResyncs):
                 best = _best_trade(here, here_worst, far_first, dear_first, h, d, tried)
                 if best is not None:
                     candidates.append((best[0], h, best[1], d))
+        if not candidates:
+            self._idle_scan = scan
+            return False
         candidates.sort()
         asked: set[str] = set()
         spent = skipped = 0  # asks charged to the budget, and of them those not sent (`_hopeless`)
@@ -143,6 +153,24 @@ class SwapAsks(PathNews, AskResyncs):
         if asked and skipped == len(asked):  # a batch of refusals only: the next one follows now
             return self.try_swap()
         return bool(asked)
+
+    def _scan_inputs(self) -> tuple:
+        """Everything `try_swap`'s scan for candidates reads: our flows and labels, the tried set's
+        version, the budget, edge costs' version and our next hops' states and path news (held, not
+        their ids, so that a freed object's id cannot come back). About half the scans of a big swarm
+        found nothing and were repeated on the same inputs (300 x 8 with 4 holders: 15.9 k of 33.3 k)."""
+        nexts, views, paths = tuple(self.next), self.views, self.paths
+        return (
+            nexts,
+            tuple(map(views.get, nexts)),
+            tuple(map(paths.get, nexts)),
+            tuple(tuple(self.out[h].items()) for h in self.holders),
+            tuple(self._labels.items()),
+            len(self._swap_tried),
+            self._tried_cleared,
+            self.swap_budget,
+            self._costs_forgotten,
+        )
 
     def _hopeless(self, h: str, d: str) -> bool:
         """Whether d must refuse a trade of h's flow, as far as we know from its state.

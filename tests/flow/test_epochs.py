@@ -54,6 +54,19 @@ def test_a_stuck_drain_starts_an_epoch_and_converges_sooner(seed: int, monkeypat
     assert rounds < 0.85 * counting, (rounds, counting)
 
 
+def test_a_view_of_another_epoch_keeps_every_field_but_its_labels(diamond) -> None:
+    """`_as_used` builds the view field by field (no generic copy): nothing else may change."""
+    bus = MessageBus(diamond, seed=0)
+    bus.run_until_quiescent()
+    a: PeerAgent = bus.agents["a"]  # type: ignore[assignment]
+    a.epoch = {"h": 2}
+    st = State("c", 7, 1.5, {"h": 3}, {"h": 0.25}, {"h": 0.5}, {"h": 1}, False)
+    assert {f.name for f in dataclasses.fields(State)} == set(vars(st))  # a new field: add it there
+    assert a._as_used(st) == dataclasses.replace(st, labels={"h": a.max_label})
+    same = dataclasses.replace(st, epochs={"h": 2})
+    assert a._as_used(same) is same
+
+
 def test_labels_of_another_epoch_read_as_unknown(diamond) -> None:
     bus = MessageBus(diamond, seed=0)
     bus.run_until_quiescent()
