@@ -18,12 +18,13 @@ import typer
 
 from cli.bench import bench_app
 from cli.errors import UserError, user_errors
-from cli.processes import stop_processes
+from cli.processes import die_with_parent, stop_processes
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=open(log, "w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                            stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=die_with_parent)  # fmt: skip
 
 
 def _rows(path: Path) -> list[dict]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from cli.processes import stop_processes
+from cli.processes import die_with_parent, stop_processes
 
 
 def setup_logging(verbose: bool) -> None:
@@ -95,17 +95,6 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _die_with_parent() -> None:
-    """In a local-swarm child: get SIGTERM when the initiator dies, however it dies (Linux), so a
-    killed initiator never leaves volunteers (and their p2pd daemons) behind."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class LocalSwarm:
     """Volunteer processes on loopback beside the initiator (the embedded demo and the tests)."""
 
@@ -119,7 +108,7 @@ class LocalSwarm:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "join", *args], stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True, preexec_fn=_die_with_parent,
+            env=env, start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         self.procs.append(proc)
         return proc

@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cli.processes import die_with_parent
 from swarm.dashboard.records import RunRecords
 from swarm.registry import EventRecord, FlowRecord, Manifest, PeerRecord, ProgressRecord
 
@@ -248,7 +249,7 @@ class Procs:
         log = open(self.logs / f"{name}.log", "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+            stdin=subprocess.DEVNULL, env=env, start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         proc.log_path = self.logs / f"{name}.log"  # type: ignore[attr-defined]
         proc.name = name  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from cli.processes import stop_processes
+from cli.processes import die_with_parent, stop_processes
 from tests.live.conftest import TINY, load_weights, p2pd_count, wait_no_p2pd
 
 COMMON = ["--model", "gpt2-tiny", "--stages", "3", "--seed", "3", *TINY]
@@ -21,7 +21,8 @@ COMMON = ["--model", "gpt2-tiny", "--stages", "3", "--seed", "3", *TINY]
 
 def start(args: list[str], log, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli.main", *args], stdout=log, stderr=subprocess.STDOUT,
-                            text=True, env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
+                            text=True, env={**os.environ, **(env or {})}, start_new_session=True,
+                            preexec_fn=die_with_parent)  # fmt: skip
 
 
 def wait_for_maddr(path, proc, timeout: float = 120) -> str:

@@ -20,6 +20,7 @@ import torch
 from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.p2p import PeerID
 
+from cli.processes import die_with_parent
 from swarm.node import SwarmNode
 from swarm.registry import Manifest, stage_key
 from swarm.transport import encode_tensor
@@ -42,7 +43,7 @@ def live(tmp_path_factory):
          "--iterations", "100000", "--model", "gpt2-tiny", "--batch-size", "8", "--microbatch-size", "2",
          "--seq-len", "32", "--run", RUN, "--log-dir", str(tmp / "logs"),
          "--metrics-out", str(tmp / "m.jsonl")],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
     )  # fmt: skip
     maddr = None
     deadline = time.monotonic() + 120
@@ -253,7 +254,7 @@ def test_peer_joining_mid_run_equals_its_replicas(live, tmp_path) -> None:
     joiner = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "join", "--initial-peers", live["maddr"], "--run", RUN,
          "--stage", "1", "--threads", "1", "--name", "late", "--region", "Iowa"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
     )  # fmt: skip
     joined_at = len(rows(live))
     try:
@@ -317,7 +318,7 @@ def test_auto_stage_joins_the_bottleneck(live, tmp_path) -> None:
     joiner = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "join", "--initial-peers", live["maddr"], "--run", RUN,
          "--stage", "auto", "--threads", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
