@@ -157,8 +157,8 @@ class SwapAsks(PathNews, AskResyncs):
     def _scan_inputs(self) -> tuple:
         """Everything `try_swap`'s scan for candidates reads: our flows and labels, the tried set's
         version, the budget, edge costs' version and our next hops' states and path news (held, not
-        their ids, so that a freed object's id cannot come back). About half the scans of a big swarm
-        found nothing and were repeated on the same inputs (300 x 8 with 4 holders: 15.9 k of 33.3 k)."""
+        their ids, so that a freed object's id cannot come back). On 300 x 8 with 4 holders, 15.9 k of
+        the 33.3 k scans that found no trade read the same inputs as the scan before them."""
         nexts, views, paths = tuple(self.next), self.views, self.paths
         return (
             nexts,
