@@ -27,6 +27,14 @@ STUCK_SHARE = 0.1
 # microbatches/s (exact maximum 98.0) when holders started epochs.
 EPOCHS_WITH_SHARED_LINKS = False
 STALL_EPOCHS = 3  # epochs in a row while nothing moves at all (then wait for something to move)
+# Flow that has not come home yet may still be on its way: until the first of it comes home, the
+# stall check starts no epoch for FIRST_TRIP retry periods per hop (stages + 1 hops; an offer's round
+# trip takes at most half a retry period). Before, deep swarms started epochs while their first flow
+# was still moving down the stages: at 1,000 x 16 with four holders (seed 2) three holders started
+# one at 1.44 s with nothing home yet (the first came home at 1.41-1.50 s), and the three waves of
+# news took the run from 405,681 to 821,183 messages, to the same flow. Only the first trip: flow
+# re-sent after churn follows routes that were home before.
+FIRST_TRIP = 1.0
 
 
 class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
@@ -52,6 +60,7 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self._stall_armed = False
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
+        self._away_since: float | None = None  # since when our first flow is out (-1: it came home)
         self.init_walks()
         self.init_holder_hand_overs()
         self.init_ramp()
@@ -80,6 +89,10 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         if not getattr(self.env, "relabel_epochs", True):
             return  # the environment keeps them off (the live swarm, see swarm/routing/live.py)
         served, home = self.served(), self.home()
+        if home > EPS:
+            self._away_since = -1.0  # (for good: only the first flow's trip is waited for)
+        elif self._away_since is None and served > EPS:
+            self._away_since = self.now
         if served - home <= EPS:
             self._epochs_left = STALL_EPOCHS
             return
@@ -90,6 +103,12 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self._stall_armed = True
         self._stall_mark = (served, home)
         self.env.set_timer(self.id, STALL_WAIT * self.env.retry_s, "stall")
+
+    def _on_its_way(self) -> bool:
+        """Our first flow is out and none of it came home yet, for less than its trip (FIRST_TRIP)."""
+        if self.home() > EPS or self._away_since is None or self._away_since < 0.0:
+            return False
+        return self.now - self._away_since < FIRST_TRIP * self.src_label * self.env.retry_s
 
     def _moved(self) -> bool:
         served, home = self._stall_mark
@@ -116,6 +135,8 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         (`Node.observe`)."""
         self._stall_armed = False
         stuck = self.served() - self.home() > STUCK_SHARE * self.served() + EPS
+        if stuck and self._on_its_way():
+            return  # (the check runs again from `settle`, as after a move)
         if stuck and self.home() <= self._stall_mark[1] + EPS and self._epochs_left > 0:
             self._epochs_left -= 1
             self.start_epoch()

@@ -162,3 +162,34 @@ def test_an_environment_can_keep_epochs_off() -> None:
     churn(bus, 0.2, 6)
     assert bus.run_until_quiescent().quiescent
     assert all(not a.epoch for a in bus.agents.values())
+
+
+def _homes_at_epochs(monkeypatch, first_trip: float) -> tuple[list[float], int]:
+    """16 stages x 4 peers, 2 holders (seed 0): what each holder had home when it started an epoch
+    during the first convergence, and the messages that took (the exact maximum flow either way)."""
+    monkeypatch.setattr(holder_agent, "FIRST_TRIP", first_trip)
+    homes: list[float] = []
+    start = holder_agent.HolderAgent.start_epoch
+
+    def record(agent: holder_agent.HolderAgent) -> None:
+        homes.append(agent.home())
+        start(agent)
+
+    monkeypatch.setattr(holder_agent.HolderAgent, "start_epoch", record)
+    inst = random_instance(64, 16, 2, 0)
+    bus = MessageBus(inst, seed=0)
+    stats = bus.run_until_quiescent()
+    assert stats.quiescent and violations(bus) == []
+    assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), abs=1e-6)
+    return homes, stats.messages
+
+
+def test_flow_still_on_its_way_down_a_deep_swarm_starts_no_epoch(monkeypatch) -> None:
+    """Nothing home yet is not stuck: the first flow takes a trip through every stage. Without the
+    trip's wait (FIRST_TRIP 0, as before) both holders started an epoch with nothing home, and the
+    waves of news cost more messages for the same flow."""
+    homes, messages = _homes_at_epochs(monkeypatch, holder_agent.FIRST_TRIP)
+    assert all(home > 1e-9 for home in homes)
+    early, before = _homes_at_epochs(monkeypatch, 0.0)
+    assert sum(home <= 1e-9 for home in early) == 2
+    assert messages < before
