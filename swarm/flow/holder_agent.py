@@ -60,7 +60,8 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self._stall_armed = False
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
-        self._away_since: float | None = None  # since when our first flow is out (-1: it came home)
+        self._first_out: float | None = None  # when our first flow went out (see FIRST_TRIP)
+        self._came_home = False  # whether any of our flow ever came home
         self.init_walks()
         self.init_holder_hand_overs()
         self.init_ramp()
@@ -90,9 +91,9 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
             return  # the environment keeps them off (the live swarm, see swarm/routing/live.py)
         served, home = self.served(), self.home()
         if home > EPS:
-            self._away_since = -1.0  # (for good: only the first flow's trip is waited for)
-        elif self._away_since is None and served > EPS:
-            self._away_since = self.now
+            self._came_home = True  # (for good: only the first flow's trip is waited for)
+        elif self._first_out is None and served > EPS:
+            self._first_out = self.now
         if served - home <= EPS:
             self._epochs_left = STALL_EPOCHS
             return
@@ -106,9 +107,9 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
 
     def _on_its_way(self) -> bool:
         """Our first flow is out and none of it came home yet, for less than its trip (FIRST_TRIP)."""
-        if self.home() > EPS or self._away_since is None or self._away_since < 0.0:
+        if self._came_home or self._first_out is None or self.home() > EPS:
             return False
-        return self.now - self._away_since < FIRST_TRIP * self.src_label * self.env.retry_s
+        return self.now - self._first_out < FIRST_TRIP * self.src_label * self.env.retry_s
 
     def _moved(self) -> bool:
         served, home = self._stall_mark
