@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from swarm.flow import cost
+from swarm.flow import walks as walks_module
 from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
+from swarm.flow.churn import churn
 from swarm.flow.generate import random_instance
 from swarm.flow.messages import Announce, Envelope, Offer, Walk
 from swarm.flow.news import COST_GRAIN_S, COST_REL
@@ -16,7 +18,7 @@ from swarm.flow.path_news import PATHS_REL
 from swarm.flow.reference import max_flow_value
 from swarm.flow.refresh_waves import REFRESHES, WAVE_WALKS
 from swarm.flow.trade_rules import CRITICAL_PRICE
-from swarm.flow.walks import LATE_WALKS, WALK_ASKS, WALK_REFUNDS, WALKS
+from swarm.flow.walks import LATE_WALKS, UNPAID_RUN, WALK_ASKS, WALK_REFUNDS, WALKS
 from swarm.routing.codec import from_wire, to_wire
 from swarm.wire import WireError
 from tests.flow.test_exchange import recorded, worst_path_trade
@@ -170,3 +172,38 @@ def test_path_news_keep_views_of_worst_routes_within_paths_rel_at_rest() -> None
                     assert abs(mine - theirs) <= max(COST_GRAIN_S, PATHS_REL * abs(mine)) + 1e-9, (p.id, v)
                     checked += 1
     assert checked > 100 and PATHS_REL < COST_REL
+
+
+def _walks_before_and_after_churn(monkeypatch: pytest.MonkeyPatch, unpaid_run: int) -> tuple:
+    """The churn table's 16 x 48 row, one holder: its walks (late or not) before and after 20% churn."""
+    monkeypatch.setattr(walks_module, "UNPAID_RUN", unpaid_run)
+    inst = random_instance(48, 16, 1, 6)
+    h = inst.holders[0].id
+    bus = MessageBus(inst, seed=6)
+    with recorded(bus) as first:
+        bus.run_until_quiescent()
+    churn(bus, 0.2, 6)
+    with recorded(bus) as after:
+        stats = bus.run_until_quiescent()
+
+    def kinds(sent: list[Envelope]) -> list[bool]:
+        return [e.body.late for e in sent if isinstance(e.body, Walk) and e.src == h]
+
+    return bus, stats, kinds(first), kinds(after)
+
+
+def test_after_churn_walks_that_pay_nothing_in_a_row_end_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After churn near the holder its walks renew; UNPAID_RUN of one kind in a row that made its
+    worst route no cheaper end that kind (the late ones still come). The first series is the whole
+    one, and the routes after churn are as good for fewer messages and rounds."""
+    bus, stats, first, after = _walks_before_and_after_churn(monkeypatch, UNPAID_RUN)
+    bus_off, stats_off, first_off, after_off = _walks_before_and_after_churn(monkeypatch, 10**6)
+    assert first == first_off and first.count(True) == LATE_WALKS  # (no change near us yet)
+    assert after_off.count(True) == LATE_WALKS
+    assert 0 < after.count(True) < LATE_WALKS and len(after) < len(after_off)
+    assert stats.messages < stats_off.messages and stats.rounds < stats_off.rounds
+    for b in (bus, bus_off):
+        assert cost.flow_value(b.routes()) == pytest.approx(max_flow_value(b.instance), abs=1e-6)
+        assert violations(b) == []
+    worst, worst_off = (cost.max_path_cost(b.instance, b.routes()) for b in (bus, bus_off))
+    assert worst <= worst_off + 1e-9
