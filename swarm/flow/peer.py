@@ -167,7 +167,11 @@ class PeerAgent(PeerBids):
         worst = {h: w for h in holders if out[h] and (w := self.worst(h)) is not None}
         labels, epochs = dict(self._labels), dict(self.epoch)
         takes = self.hand_overs != 0 and not self.link_limits  # (-1: not counted yet, see handover.py)
-        return State(self.id, self.stamp(), self.spare(), labels, cheapest, worst, epochs, takes)
+        # capacity held for a hand-over we wait on (`reserved`) is published as spare: `spare()`
+        # keeps it from other senders, and told as fullness it flapped the stage above's labels
+        # (tests/flow/test_reserved_spare.py; docs/routing.md, "Held capacity is not news")
+        spare = max(0.0, self.capacity - self.carried())
+        return State(self.id, self.stamp(), spare, labels, cheapest, worst, epochs, takes)
 
     # ------------------------------------------------------------ handlers
     def handle(self, src: str, body: Body) -> None:

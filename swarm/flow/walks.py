@@ -40,7 +40,7 @@ Roles and messages (best effort, a walk moves no flow by itself):
   (docs/routing.md: "Late walks").
 - Each walk names a stage in turn (`Walk.plan_stage`): on a late walk, the peer of that stage on it
   re-plans its in-layer exactly (swarm/flow/layer_plans.py).
-- After a change near the holder (a neighbour left, its demand changed, it joined), UNPAID_RUN
+- After a change near the holder (a neighbour came or went, or its demand changed), UNPAID_RUN
   walks of one kind in a row that made its worst route onwards no cheaper end that kind: the early
   ones (the late ones follow) or the late ones (the series). Its first series is whole. On the
   churn table's 16 x 48 row (four holders) nothing got cheaper after 285 of 654 rounds of

@@ -122,14 +122,16 @@ def test_rotation_messages_cross_the_codec_and_forged_ones_cost_at_most_the_walk
 
 
 @pytest.mark.parametrize("on", [True, False])
-def test_rotations_bring_a_whole_range_miss_within_five_percent(
+def test_a_former_whole_range_miss_is_within_five_percent_with_or_without_rotations(
     monkeypatch: pytest.MonkeyPatch, on: bool
 ) -> None:
     """Seed 0, instance 8 of the whole-range sweep (8 x 6) under the second message timing (bus seed
-    + 1000): exchanges, hand-overs and onward swaps leave it at 1.092 of the min-cost flow's max
-    path; the fix starts with a rotation at stage 4 (offline with exact moves: 1.092 -> 1.000).
-    Late walks (swarm/flow/walks.py) reach it without rotations too (1.002), so they are off here:
-    the test shows what rotations do on the walks before them."""
+    + 1000): exchanges, hand-overs and onward swaps left it at 1.092 of the min-cost flow's max
+    path, and a rotation at stage 4 started the fix (offline with exact moves: 1.092 -> 1.000), so
+    this test showed rotations at work with late walks off. Since capacity held for a hand-over is
+    published as spare (docs/routing.md, "Held capacity is not news") it ends within 5% without
+    rotations too (1.002), as do small whole-range instances of seeds 0 and 1 under that timing
+    with rotations or without (one moved, by 0.002); what rotations do is tested above."""
     monkeypatch.setattr(rotations, "ROTATIONS", on * rotations.ROTATIONS)
     monkeypatch.setattr(walks, "LATE_WALKS", 0)
     rng = random.Random(0)
@@ -142,7 +144,7 @@ def test_rotations_bring_a_whole_range_miss_within_five_percent(
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(max_flow_value(inst), rel=1e-6)
     ratio = cost.max_path_cost(inst, bus.routes()) / cost.max_path_cost(inst, min_cost_max_flow(inst))
-    assert (ratio <= 1.05) == on
+    assert ratio <= 1.05
 
 
 def test_the_go_goes_only_for_a_flow_still_on_its_hop_with_no_ask_open() -> None:
