@@ -5,7 +5,9 @@ over as a hand-over; it refuses when its label is over the asker's + 1 unless it
 no hand-over where links are limited, when its hand-overs are spent (its state says so) or without
 spare capacity. What the asker knows of d (its announced state and path news) says when none of it
 can happen; asking anyway cost the 8 x 16 swarm with 4 holders most of its messages per event, and a
-single holder's 300 x 16 swarm a third of its messages (docs/routing.md, "Hopeless asks")."""
+single holder's 300 x 16 swarm a third of its messages (docs/routing.md, "Hopeless asks"). A mate
+with none of the holder's flow and its hand-overs spent is skipped by every peer ("Spent mates are
+not asked")."""
 
 from __future__ import annotations
 
@@ -106,7 +108,11 @@ def test_without_link_limits_a_mate_that_may_take_a_hand_over_is_asked(
     a.paths.pop("d", None)
     idle = {"h1": mine, "h2": mine}
     a.views["d"] = _view(idle, {}, spare=1.0, hand_overs=False)
-    assert not a._hopeless("h1", "d")  # a narrow peer (2 next hops) asks as before
+    assert a._hopeless("h1", "d")  # even a narrow peer (2 next hops): no flow of h1, hand-overs spent
+    a.views["d"] = _view({"h1": mine + 2, "h2": mine + 2}, {"h1": 0.7}, spare=1.0, hand_overs=False)
+    assert not a._hopeless("h1", "d")  # it carries h1's flow: a narrow peer asks as before
+    a.views["d"] = _view(idle, {}, spare=0.0)
+    assert not a._hopeless("h1", "d")  # (no room for a hand-over: only wide peers skip that)
     monkeypatch.setattr(swap_asks, "WIDE_HOPELESS_HOPS", 1)
     a.views["d"] = _view(idle, {}, spare=1.0)
     assert not a._hopeless("h1", "d")  # no flow of h1 to trade, but a hand-over may be made
@@ -141,10 +147,16 @@ def test_fewer_asks_and_the_same_exact_flow_at_wide_peers(monkeypatch: pytest.Mo
     _assert_fewer_asks_same_flow(monkeypatch, random_instance(60, 5, 1, 3, 4 * 2**20), 3)
 
 
-def test_narrow_peers_with_unlimited_links_ask_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_narrow_peers_skip_only_mates_with_nothing_to_trade_and_no_hand_over_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Peers with up to WIDE_HOPELESS_HOPS next hops and unlimited links (the whole-range sweeps)
-    run the same, message for message."""
+    skip asks to a mate that carries none of the holder's flow and whose state says its hand-overs
+    are spent (it must refuse, whatever the labels): fewer asks, the same exact flow. Without that
+    one rule they run as without any, message for message."""
     inst = random_instance(60, 5, 1, 3, 4 * 2**20)
+    _assert_fewer_asks_same_flow(monkeypatch, inst, 3)
+    monkeypatch.setattr(swap_asks, "SKIP_SPENT", False)
     runs = []
     for skip in (False, True):
         monkeypatch.setattr(swap_asks, "SKIP_HOPELESS", skip)
