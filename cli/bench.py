@@ -129,12 +129,20 @@ def flow_sweep(
         "--shared-plan-bound",
         help="Also report the paths after exact stage plans over every holder's flow from each run's routes.",
     ),
+    chains: bool = typer.Option(
+        False,
+        "--chain-bound",
+        help="Also report the paths after greedy hand-overs and make-room chains across holders from "
+        "each run's routes.",
+    ),
 ) -> None:
     """The routing protocol against the exact optimum over many random instances (JSON figures)."""
     if max_stages < 4 or max_per_stage < 3 or max_holders < 1 or timings < 1:
         raise UserError("--max-stages must be >= 4, --max-per-stage >= 3, --max-holders and --timings >= 1")
     if shared and link_capacity:
         raise UserError("--shared-plan-bound plans without link limits: not with --link-capacity")
+    if chains and link_capacity:
+        raise UserError("--chain-bound moves flow without link limits: not with --link-capacity")
     if not activation_mb > 0:
         raise UserError(f"--activation-mb must be positive, got {activation_mb}")
     start = time.perf_counter()
@@ -150,6 +158,7 @@ def flow_sweep(
         polish,
         optimal_demand,
         shared,
+        chains,
     )
     out["seconds"] = round(time.perf_counter() - start, 3)
     _against_reference(out)

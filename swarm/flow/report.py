@@ -10,6 +10,7 @@ from typing import Any
 from swarm.flow import cost
 from swarm.flow.bottleneck import bottleneck_stage
 from swarm.flow.bus import MessageBus, ProtocolStats, total_excess
+from swarm.flow.chain_bound import chain_bound
 from swarm.flow.check import violations
 from swarm.flow.generate import ACTIVATION_BYTES, random_instance
 from swarm.flow.instance import Instance
@@ -178,6 +179,7 @@ def sweep(
     polish: bool = False,
     optimal_demand: bool = False,
     shared: bool = False,
+    chains: bool = False,
 ) -> dict:
     """The protocol against the exact optimum on `count` seeded random geo instances: how often it
     routes the exact maximum flow, the distribution of max and mean path cost over the optimum's,
@@ -197,7 +199,9 @@ def sweep(
     demand (`reference.with_optimal_demand`, a diagnostic); the figures stay against the optimum.
     `shared` adds `shared_plan_bound`: the max and mean path / optimum after rounds of stage plans
     over every holder's flow from each run's routes, as planned and as the protocol's kinds of moves
-    carry them out (swarm/flow/shared_bound.py; without link limits only).
+    carry them out (swarm/flow/shared_bound.py; without link limits only). `chains` adds
+    `chain_bound`: the max and mean path / optimum after greedy hand-overs and make-room chains
+    across holders from each run's routes (swarm/flow/chain_bound.py; without link limits only).
     """
     if count < 1:
         raise ValueError(f"a sweep needs at least one instance, got {count}")
@@ -210,6 +214,7 @@ def sweep(
     priced: list[float] = []
     unpriced: list[float] = []
     planned: dict[str, list[float]] = {"plans": [], "moves": [], "plans_mean": [], "moves_mean": []}
+    chained: dict[str, list[float]] = {"max": [], "mean": [], "max_hand_overs": [], "chains": []}
     for i in range(count):
         s, pps, hs = rng.randint(*stages), rng.randint(*per_stage), rng.randint(*holders)
         inst_seed = seed * 100_003 + i
@@ -259,6 +264,13 @@ def sweep(
                     replanned, _ = shared_plan_bound(inst, routes, moves)
                     planned[name].append(cost.max_path_cost(inst, replanned) / opt_max)
                     planned[f"{name}_mean"].append(cost.mean_path_cost(inst, replanned) / opt_mean)
+            if chains:
+                handed, _ = chain_bound(inst, routes, chains=False)
+                chained["max_hand_overs"].append(cost.max_path_cost(inst, handed) / opt_max)
+                moved, steps = chain_bound(inst, routes)
+                chained["max"].append(cost.max_path_cost(inst, moved) / opt_max)
+                chained["mean"].append(cost.mean_path_cost(inst, moved) / opt_mean)
+                chained["chains"].append(steps["chains"])
 
     def spread(values: list[float], within: float) -> dict:
         return {
@@ -290,6 +302,13 @@ def sweep(
             "max_path_over_optimal_moves": spread(planned["moves"], MAX_PATH_WITHIN),
             "mean_path_over_optimal_plans": spread(planned["plans_mean"], MEAN_PATH_WITHIN),
             "mean_path_over_optimal_moves": spread(planned["moves_mean"], MEAN_PATH_WITHIN),
+        }
+    if chains:
+        out["chain_bound"] = {
+            "max_path_over_optimal_hand_overs": spread(chained["max_hand_overs"], MAX_PATH_WITHIN),
+            "max_path_over_optimal": spread(chained["max"], MAX_PATH_WITHIN),
+            "mean_path_over_optimal": spread(chained["mean"], MEAN_PATH_WITHIN),
+            "chains_per_run_mean": round(statistics.mean(chained["chains"]), 1),
         }
     if polish:
         out["polish_bound"] = {

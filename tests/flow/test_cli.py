@@ -210,7 +210,15 @@ def test_sweep_prints_the_spread_over_instances_and_refuses_bad_sizes() -> None:
         assert 0 < worst <= out["max_path_over_optimal"]["worst"] + 1e-3
         assert 0 <= shared[f"mean_path_over_optimal_{kind}"]["within_10pct"] <= 2
     bad_args = (["--instances", "0"], ["--max-stages", "2"], ["--max-holders", "0"], ["--activation-mb", "0"])
+    res = runner.invoke(app, ["bench", "flow-sweep", *three, "--chain-bound"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    chained = out["chain_bound"]
+    for key in ("max_path_over_optimal", "max_path_over_optimal_hand_overs"):  # (never above the protocol's)
+        assert 0 < chained[key]["worst"] <= out["max_path_over_optimal"]["worst"] + 1e-9
+    assert chained["chains_per_run_mean"] >= 0 and 0 <= chained["mean_path_over_optimal"]["within_10pct"] <= 2
     bad_args += (["--timings", "0"], ["--shared-plan-bound", "--link-capacity"])
+    bad_args += (["--chain-bound", "--link-capacity"],)
     for bad in bad_args:
         res = runner.invoke(app, ["bench", "flow-sweep", *bad])
         assert res.exit_code != 0 and "Traceback" not in res.output
