@@ -67,13 +67,15 @@ class AskResyncs(Sender):
         go: bool = False,
         late: bool = False,
         partner: str | None = None,
+        room: tuple[float, float] | None = None,
     ) -> int:
         """Ask d to take our flow on one of the `options`' hops (b the best of them) over, by an
         exchange or a hand-over; the ask is remembered until it is settled. `plan`: an onward swap's
         (sender, taker, sender's arrival), see swarm/flow/onward_swaps.py; `rotate`: a rotation's
         (sender, its arrival, its hop, that hop's worst route onwards, its rate), see
         swarm/flow/rotations.py; `go`: `Offer.rotate_go`; `late`: `Offer.late`; `partner`:
-        `Offer.layer_partner` (swarm/flow/layer_plans.py). Returns the ask's id."""
+        `Offer.layer_partner` (swarm/flow/layer_plans.py); `room`: `Offer.room_bound` and
+        `Offer.room_rise` (swarm/flow/room_chains.py). Returns the ask's id."""
         rate = max(o.rate for o in options)
         oid = self.add_offer(h, d, rate, b)
         self._old_gen[oid] = {o.hop: o.gen for o in options}
@@ -93,6 +95,8 @@ class AskResyncs(Sender):
             late=late,
             rotate_go=go,
             layer_partner=partner,
+            room_bound=room[0] if room else None,
+            room_rise=room[1] if room else 0.0,
         )
         if plan is not None:
             ask = dataclasses.replace(ask, plan_sender=plan[0], plan_taker=plan[1], plan_arrival=plan[2])

@@ -18,7 +18,7 @@ Every peer stays within its capacity and every holder keeps its flow.
 
 from __future__ import annotations
 
-from swarm.flow.cost import EPS, HolderRoutes, max_path_cost
+from swarm.flow.cost import EPS, HolderRoutes, max_path_cost, total_cost
 from swarm.flow.instance import Instance
 from swarm.flow.polish_bound import _through
 
@@ -28,6 +28,10 @@ MAX_STEPS = 400
 # (each from exact arrivals and routes onwards) and only the cheapest are tried. On whole-range
 # seed 0 instances 1 and 28 (4 x 11 and 11 x 5, four holders) 40 reach what trying all reaches.
 TRIES = 40
+ROOMS = 3  # chains tried per move of the worst holder's flow (the cheapest ways to make room)
+# A step that leaves the max path where it is may still be taken when it lowers the total cost:
+# where a holder has two worst paths of the same cost no single move lowers its max path.
+TIES = True
 MIN_RATE = 1e-6  # (smaller moves are rounding, and would let the greedy crawl)
 
 
@@ -79,15 +83,16 @@ class _Search:
         else:
             _shift(self.tables[h], a, x, z, y, rate)
 
-    def value(self, chain: Chain) -> float:
-        """The exact max path over every holder with the chain made."""
+    def value(self, chain: Chain) -> tuple[float, float]:
+        """The exact max path over every holder with the chain made, and the routing's total cost."""
         self.apply(chain)
         moved = {chain[4]} | ({chain[6][0]} if chain[6] else set())
         out = max(
             max_path_cost(self.inst, {k: t}) if k in moved else self.worst[k] for k, t in self.tables.items()
         )
+        total = total_cost(self.inst, self.tables)
         self.apply(chain, undo=True)
-        return out
+        return out, total
 
     def candidates(self, h: str, base: float, chains: bool) -> list[tuple[float, Chain]]:
         cost, inst = self.inst.edge_cost, self.inst
@@ -112,6 +117,7 @@ class _Search:
                         continue
                     if spare[y] > MIN_RATE:
                         found.append((new_h, (a, x, z, y, h, min(amount, spare[y]), None)))
+                    rooms: list[tuple[float, Chain]] = []
                     for g, tg in self.tables.items() if chains else ():
                         for c, w, g_amount in _through_pairs(tg, y):
                             for m in (p.id for p in inst.peers_of(self.stage[x]) if p.id != y):
@@ -119,8 +125,10 @@ class _Search:
                                 rate = min(amount, g_amount, room)
                                 new_g = via(g, c, m, w)
                                 if rate > MIN_RATE and new_g < base - 1e-9:
-                                    found.append((max(new_h, new_g), (a, x, z, y, h, rate, (g, c, w, m))))
-        found.sort(key=lambda item: item[0])
+                                    rooms.append((max(new_h, new_g), (a, x, z, y, h, rate, (g, c, w, m))))
+                    rooms.sort(key=lambda item: (item[0], -item[1][5]))
+                    found += rooms[:ROOMS]
+        found.sort(key=lambda item: (item[0], -item[1][5]))  # (cheapest, then the most flow moved)
         return found
 
 
@@ -140,10 +148,12 @@ def chain_bound(
     while sum(steps.values()) < max_steps:
         base = max(search.worst.values(), default=0.0)
         h = max(search.worst, key=lambda k: search.worst[k])
-        best: tuple[float, Chain] | None = None
+        now = total_cost(instance, tables)
+        best: tuple[tuple[float, float], Chain] | None = None
         for _, chain in search.candidates(h, base, chains)[:TRIES]:
             value = search.value(chain)
-            if value < base - 1e-9 and (best is None or value < best[0]):
+            better = value[0] < base - 1e-9 or (TIES and value[0] <= base + 1e-12 and value[1] < now - 1e-9)
+            if better and (best is None or value < best[0]):
                 best = (value, chain)
         if best is None:
             break

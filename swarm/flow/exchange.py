@@ -114,6 +114,8 @@ class Exchanger(SwapAsks):
             return False  # (a partner with nothing movable is refused below: no partners)
         if msg.label + 1 < self.label(h):  # (a replaces c as our sender: our label must not drop)
             return not rotation and IDLE_HAND_OVERS and self.supply(h) <= EPS and self.start_hand_over(a, msg)
+        if msg.room_bound is not None:  # a make-room chain: a hand-over only (swarm/flow/room_chains.py)
+            return self.start_hand_over(a, msg)
         single = SwapOption(msg.swap_from, msg.rate, msg.swap_worst or 0.0, msg.swap_gen)
         options = msg.swap_options or (single,)
         cost, me = self.env.cost, self.id

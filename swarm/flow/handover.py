@@ -90,7 +90,8 @@ class HandOvers(Exchanger):
         if self.hand_overs < 0:
             self.hand_overs = hand_over_budget(len(self.next))
         planned = msg.corridor_olds[0] if msg.corridor_olds else None  # a corridor step's next hop
-        budget = self.hand_overs > 0 or planned is not None  # (the origin's probes bound those)
+        room = msg.room_bound is not None and spare > EPS and self.take_room()  # (room_chains.py)
+        budget = self.hand_overs > 0 or planned is not None or room  # (the origin's probes bound those)
         if self.link_limits or spare <= EPS or not msg.swap_options or not budget:
             return False
         if self.last and not LAST_STAGE_HAND_OVERS:
@@ -102,7 +103,7 @@ class HandOvers(Exchanger):
             return False  # (a's word on its hops can be stale: b may have left meanwhile)
         up_a = (msg.bid - self.env.cost(a, self.id)) if msg.bid is not None else 0.0
         self.reserved += rate
-        self.hand_overs -= planned is None
+        self.hand_overs -= planned is None and not room
         eid = self._new_id()
         self._pending[eid] = _Pending(a, msg, "", rate, b)
         inbound, onwards = self.fresh_arrival(h), self.fresh_worst(h) or 0.0
@@ -124,10 +125,16 @@ class HandOvers(Exchanger):
             uses,
             planned,
             msg.critical,
+            msg.room_bound,
+            msg.room_rise,
         )
         self.send(b, ask)
         self.env.set_timer(self.id, ANSWER_WAIT * self.env.retry_s, f"exchange:{eid}")
         return True
+
+    def take_room(self) -> bool:
+        """Whether we take a make-room chain's hand-over on its own budget (swarm/flow/room_chains.py)."""
+        return False
 
     def finish_hand_over(
         self,
@@ -182,6 +189,7 @@ class HandOvers(Exchanger):
         if h in self.inflow and a in self.prev and not self.link_limits and open_ask:
             rate = min(msg.rate, self.movable(h, a))
             judge = self._hand_over_hop if msg.onward is None else self._planned_hop
+            judge = self._room_hop if msg.room_bound is not None and msg.onward is None else judge
             z = judge(h, a, d, msg, rate) if rate > EPS else None
         if z is None:
             self.send(d, ExchangeDone(msg.exchange_id, h, 0.0, self.state()))
@@ -265,6 +273,38 @@ class HandOvers(Exchanger):
             pays = (delta < -gain and rise <= EPS) or (rise < -gain and delta <= -WORST_PATH_PRICE * rise)
             if pays and (best is None or delta + rise < best[0]):
                 best = (delta + rise, z)
+        return best[1] if best is not None else None
+
+    def _room_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
+        """A make-room chain's hand-over (swarm/flow/room_chains.py): the next hop z for which the
+        most expensive path through the new edges a -> d -> z is cheapest, if under the chain's bound
+        and the edges get dearer by at most `room_rise` (it need not pay for h: it makes room on us
+        for another holder's flow, whose path gets cheaper by as much)."""
+        cost, bound = self.env.cost, msg.room_bound if msg.room_bound is not None else 0.0
+        try:
+            ab, ad = cost(a, self.id), cost(a, d)
+        except Exception:  # noqa: BLE001 - a or d left the instance
+            return None
+        up_a = msg.arrival
+        best: tuple[float, str] | None = None
+        for z, r in self.out[h].items():
+            sink = self.last and z == h
+            if r <= EPS or (z in self.holders and not sink) or z not in self.next:
+                continue
+            if not sink and msg.label + 1 < self.view_label(z, h):
+                continue  # d replaces us as z's sender: z's label must not drop
+            try:
+                bz, dz = cost(self.id, z), cost(d, z)
+            except Exception:  # noqa: BLE001 - z left the instance
+                continue
+            if ad + dz - ab - bz > msg.room_rise:
+                continue  # (the edges would get dearer than the other holder's path gets cheaper)
+            onwards = 0.0 if sink else self.worst_of(h, z)
+            worst = max(
+                up_a + ad + max(msg.onwards, dz + onwards), max(msg.inbound, up_a + ad) + dz + onwards
+            )
+            if worst < bound - EPS and (best is None or worst < best[0]):
+                best = (worst, z)
         return best[1] if best is not None else None
 
     def on_hand_off_done(self, src: str, msg: HandOffDone) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from swarm.flow.layer_assignment import Swap, layer_bottleneck, plan_layer, swaps_for
 from swarm.flow.messages import LayerAsk, LayerHop, LayerInfo, LayerSwap, SwapOption
 from swarm.flow.news import EPS
-from swarm.flow.rotations import Rotations
+from swarm.flow.room_chains import RoomChains
 from swarm.flow.swap_asks import GAIN_S
 from swarm.flow.walks import walks_here
 
@@ -64,7 +64,7 @@ class _Plan:
     stage_solved: bool = True  # (False while a stage plan's answers are awaited)
 
 
-class LayerPlans(Rotations):
+class LayerPlans(RoomChains):
     """The planner and initiator roles of a stage peer in layer plans."""
 
     def init_layer_plans(self) -> None:

@@ -114,6 +114,10 @@ class Offer:
     # A layer plan's swap (swarm/flow/layer_plans.py): trade with this sender's flow, no other, and
     # without judging the trade alone (the plan was judged as a whole).
     layer_partner: str | None = None
+    # A make-room chain's first half (swarm/flow/room_chains.py): no trade, only a hand-over of our
+    # flow on `swap_from` to the receiver, taken where the new path costs less than this bound.
+    room_bound: float | None = None
+    room_rise: float = 0.0  # and where its four edges get dearer by at most this (what it is to save)
 
 
 @dataclass(frozen=True)
@@ -222,6 +226,8 @@ class HandOver:
     uses: tuple[str, ...] = ()  # d's next hops carrying the holder's flow: paths over d -> z exist
     onward: str | None = None  # a corridor step: the next hop z is planned, b judges nothing
     critical: bool = False  # for a worst-path ask (`Offer.critical`): b may try an onward swap
+    room_bound: float | None = None  # a make-room chain's (`Offer.room_bound`): b keeps new paths under it
+    room_rise: float = 0.0  # and its edges' rise under this (`Offer.room_rise`)
 
 
 @dataclass(frozen=True)
@@ -437,6 +443,18 @@ class RotateHint:
 
 
 @dataclass(frozen=True)
+class RoomAsk:
+    """A make-room chain (swarm/flow/room_chains.py): move up to `rate` of your flow of `holder` on
+    us to another of our stage mates by a hand-over, where its path costs less than `bound`, so that
+    another holder's dearer flow can come to us. Best effort, it moves no flow."""
+
+    holder: str
+    rate: float
+    bound: float
+    rise: float = 0.0  # the most the four edges of the hand-over may get dearer: what it is to save
+
+
+@dataclass(frozen=True)
 class LayerAsk:
     """A layer plan (swarm/flow/layer_plans.py): the planner, a peer of your next stage, asks for
     your flows of `holder` into its stage, with your path figures (`LayerInfo`). Best effort.
@@ -543,6 +561,7 @@ Body = (
     | OnwardHint
     | RotateAsk
     | RotateHint
+    | RoomAsk
     | LayerAsk
     | LayerInfo
     | LayerSwap

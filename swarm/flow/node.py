@@ -36,6 +36,7 @@ from swarm.flow.messages import (
     Reply,
     Resynced,
     Return,
+    RoomAsk,
     RoomNews,
     RotateAsk,
     RotateHint,
@@ -243,6 +244,9 @@ class Node(Views):
         if isinstance(body, (RotateAsk, RotateHint)):  # advisory too: asks may start from them
             self.on_rotation(envelope.src, body)
             return
+        if isinstance(body, RoomAsk):  # advisory too: asks may start from it
+            self.on_room_ask(envelope.src, body)
+            return
         if isinstance(body, (LayerAsk, LayerInfo, LayerSwap)):  # advisory too: a plan, its asks
             self.on_layer(envelope.src, body)
             return
@@ -292,6 +296,9 @@ class Node(Views):
 
     def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:
         """A rotation's ask or hint from a next hop (swarm/flow/rotations.py)."""
+
+    def on_room_ask(self, src: str, body: RoomAsk) -> None:
+        """A next hop asks us to make room on it for another holder's flow (swarm/flow/room_chains.py)."""
 
     def on_layer(self, src: str, body: LayerAsk | LayerInfo | LayerSwap) -> None:
         """A layer plan's ask, answer or trade (swarm/flow/layer_plans.py)."""
