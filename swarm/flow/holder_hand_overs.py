@@ -26,7 +26,7 @@ from swarm.flow.news import EPS
 from swarm.flow.refresh_waves import HolderWaves
 from swarm.flow.room_chains import ROOM_ASKS, ROOM_CHAINS, ROOM_MATES
 from swarm.flow.swap_asks import GAIN_S
-from swarm.flow.walks import WALK_ASKS, in_turn
+from swarm.flow.walks import WALK_ASKS, in_turn, walks_here
 
 HOLDER_HAND_OVERS = True  # (False: the holder's first hops stay as push-relabel left them)
 
@@ -70,7 +70,10 @@ class HolderHandOvers(AskResyncs, HolderWaves):
     def _makes_room(self, d: str) -> bool:
         """Whether a full stage-0 peer d carries other holders' flow it may move to make room."""
         st = self.views.get(d)
-        return ROOM_CHAINS and st is not None and any(g != self.id for g in st.worst)
+        # (only where peers take part in walks: a wider stage 0 asks for no room, as d would not)
+        if not ROOM_CHAINS or not walks_here(self) or st is None:
+            return False  # (walks_here: not with link limits, where there are no hand-overs)
+        return any(g != self.id for g in st.worst)
 
     def on_rotation(self, src: str, body: RotateAsk | RotateHint) -> None:
         """A stage-0 peer made room for our flow on its mate `hop` (room_chains.py): ask it again."""
@@ -88,7 +91,7 @@ class HolderHandOvers(AskResyncs, HolderWaves):
         holder's dearer flow (swarm/flow/room_chains.py): ask up to ROOM_MATES such mates, cheapest
         first, while the path is likely to stay under the bound (d checks it as the hand-over's b)."""
         h, d = self.id, src
-        if body.holder != h or d not in self.next or not self.improve or self.cancels:
+        if body.holder != h or d not in self.next or not walks_here(self) or self.cancels:
             return
         if self.room_asks_left <= 0 or any(o[0] == h and o[3] == d for o in self.offers.values()):
             return

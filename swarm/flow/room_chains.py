@@ -75,7 +75,7 @@ class RoomChains(Rotations):
         plain = msg.rotate_hop is None and msg.plan_taker is None and msg.layer_partner is None
         if not (ROOM_CHAINS and msg.critical and plain and msg.room_bound is None and not msg.corridor_olds):
             return
-        if self.rooms_left <= 0 or self.spare() > EPS or not walks_here(self):
+        if self.rooms_left <= 0 or self.spare() > EPS or not walks_here(self):  # (walks: no link limits)
             return
         if msg.swap_options:
             b, worst_b = msg.swap_options[0].hop, msg.swap_options[0].worst
