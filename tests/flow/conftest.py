@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from swarm.flow import cost
 from swarm.flow.check import violations
 from swarm.flow.instance import HolderSpec, Instance, Link, PeerSpec
 
@@ -29,6 +30,19 @@ def explicit(
     return Instance(
         stages=stages, activation_bytes=1e6, holders=hs, peers=ps, geo=False, explicit_links=links
     )
+
+
+def assert_keeps_flows_and_room(inst: Instance, routes: Any, tables: Any) -> None:
+    """An offline bound's routes (`tables`) from the protocol's (`routes`): every holder keeps its
+    flow, conserved at every peer, and no peer carries more than its capacity."""
+    for h in routes:
+        assert cost.flow_value({h: tables[h]}) == pytest.approx(cost.flow_value({h: routes[h]}), abs=1e-6)
+        for p in inst.peers:
+            into = sum(row.get(p.id, 0.0) for row in tables[h].values())
+            assert into == pytest.approx(sum(tables[h].get(p.id, {}).values()), abs=1e-6)
+    for p in inst.peers:
+        carried = sum(row.get(p.id, 0.0) for t in tables.values() for row in t.values())
+        assert carried <= p.capacity + 1e-6
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from swarm.flow.chain_bound import chain_bound
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
 
-from .conftest import explicit
+from .conftest import assert_keeps_flows_and_room, explicit
 
 
 def _crosswise():
@@ -58,14 +58,7 @@ def test_the_bound_from_the_protocol_routes_keeps_flows_and_capacities() -> None
         tables, steps = chain_bound(inst, routes, chains=chains)
         assert min(steps.values()) >= 0 and (chains or steps["chains"] == 0)
         assert cost.max_path_cost(inst, tables) <= cost.max_path_cost(inst, routes) + 1e-9
-        for h in routes:  # every holder keeps its flow, conserved at every peer
-            assert cost.flow_value({h: tables[h]}) == pytest.approx(cost.flow_value({h: routes[h]}), abs=1e-6)
-            for p in inst.peers:
-                into = sum(row.get(p.id, 0.0) for row in tables[h].values())
-                assert into == pytest.approx(sum(tables[h].get(p.id, {}).values()), abs=1e-6)
-        for p in inst.peers:
-            carried = sum(row.get(p.id, 0.0) for t in tables.values() for row in t.values())
-            assert carried <= p.capacity + 1e-6
+        assert_keeps_flows_and_room(inst, routes, tables)
 
 
 def test_links_with_limits_are_refused() -> None:

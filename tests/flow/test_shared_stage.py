@@ -19,6 +19,7 @@ from swarm.flow.shared_bound import shared_plan_bound
 from swarm.flow.shared_stage import HolderStage, keyed, plan_shared_stage
 from swarm.flow.stage_assignment import MAX_BINARIES, plan_stage, stage_bottleneck
 from swarm.flow.stage_moves import moves_for
+from tests.flow.conftest import assert_keeps_flows_and_room
 
 # Holder h's flow runs a -> B -> z and holder g's c -> D -> w; both paths cost 3 + 1 = 4. B and D
 # are full (capacity 1 each). h's flow is cheap on D (1 + 1) and g's on B: only moving both at
@@ -189,11 +190,4 @@ def test_the_bound_from_the_protocol_routes_keeps_flows_and_capacities() -> None
         tables, taken = shared_plan_bound(inst, routes, moves)
         assert taken >= 0
         assert cost.max_path_cost(inst, tables) <= cost.max_path_cost(inst, routes) + 1e-9
-        for h in routes:  # every holder keeps its flow, conserved at every peer
-            assert cost.flow_value({h: tables[h]}) == pytest.approx(cost.flow_value({h: routes[h]}), abs=1e-6)
-            for p in inst.peers:
-                into = sum(row.get(p.id, 0.0) for row in tables[h].values())
-                assert into == pytest.approx(sum(tables[h].get(p.id, {}).values()), abs=1e-6)
-        for p in inst.peers:
-            carried = sum(row.get(p.id, 0.0) for t in tables.values() for row in t.values())
-            assert carried <= p.capacity + 1e-6
+        assert_keeps_flows_and_room(inst, routes, tables)
