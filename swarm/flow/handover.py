@@ -28,6 +28,7 @@ no direct moves any more (swarm/flow/peer.py), so this is how a dear last hop ge
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from swarm.flow.ask_budget import hand_over_budget
@@ -35,6 +36,8 @@ from swarm.flow.exchange import ANSWER_WAIT, GAIN_S, Exchanger, _Pending
 from swarm.flow.messages import ExchangeDone, HandOff, HandOffDone, HandOver, Moved, Offer, Reply
 from swarm.flow.news import EPS
 from swarm.flow.trade_rules import WORST_PATH_PRICE
+
+_Target = tuple[str, float, float, float, float]  # (z, rate to z, b -> z, d -> z, z's worst path on)
 
 
 @dataclass
@@ -234,20 +237,10 @@ class HandOvers(Exchanger):
     def next_corridor_step(self, h: str, offer: Offer, moved: float) -> None:
         """A corridor step we took over is done: ask the plan's next taker (swarm/flow/corridor.py)."""
 
-    def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
-        """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays).
-
-        Paths are counted only over edges that carry flow before and after (as exchanges count
-        them, `trade_rules.rise`): a -> d and d -> z may carry flow already, and a partial hand-over
-        leaves a -> us -> z in use."""
+    def _hand_over_targets(self, h: str, d: str, msg: HandOver) -> Iterator[_Target]:
+        """Our next hops z that d may send a's flow on to: (z, our rate to z, b -> z, d -> z, z's
+        worst path on). One scan for both judges (the plain hand-over and the make-room chain's)."""
         cost, me = self.env.cost, self.id
-        try:
-            ab, ad = cost(a, me), cost(a, d)
-        except Exception:  # noqa: BLE001 - a or d left the instance
-            return None
-        up_a = msg.arrival
-        gain = HOLDER_GAIN_S if a in self.holders else GAIN_S  # (see holder_hand_overs.py)
-        best: tuple[float, str] | None = None
         for z, r in self.out[h].items():
             sink = self.last and z == h  # (the sink's label never changes)
             if r <= EPS or (z in self.holders and not sink) or z not in self.next:
@@ -258,7 +251,22 @@ class HandOvers(Exchanger):
                 bz, dz = cost(me, z), cost(d, z)
             except Exception:  # noqa: BLE001 - z left the instance
                 continue
-            onwards = 0.0 if sink else self.worst_of(h, z)
+            yield z, r, bz, dz, 0.0 if sink else self.worst_of(h, z)
+
+    def _hand_over_hop(self, h: str, a: str, d: str, msg: HandOver, rate: float) -> str | None:
+        """The next hop z whose flow a -> us -> z pays most as a -> d -> z (None: none pays).
+
+        Paths are counted only over edges that carry flow before and after (as exchanges count
+        them, `trade_rules.rise`): a -> d and d -> z may carry flow already, and a partial hand-over
+        leaves a -> us -> z in use."""
+        try:
+            ab, ad = self.env.cost(a, self.id), self.env.cost(a, d)
+        except Exception:  # noqa: BLE001 - a or d left the instance
+            return None
+        up_a = msg.arrival
+        gain = HOLDER_GAIN_S if a in self.holders else GAIN_S  # (see holder_hand_overs.py)
+        best: tuple[float, str] | None = None
+        for z, r, bz, dz, onwards in self._hand_over_targets(h, d, msg):
             via_b = up_a + ab + bz + onwards
             via_d = up_a + ad + max(msg.onwards, dz + onwards)  # a's paths through d
             into_z = max(msg.inbound, up_a + ad) + dz + onwards  # paths over the edge d -> z
@@ -280,26 +288,16 @@ class HandOvers(Exchanger):
         most expensive path through the new edges a -> d -> z is cheapest, if under the chain's bound
         and the edges get dearer by at most `room_rise` (it need not pay for h: it makes room on us
         for another holder's flow, whose path gets cheaper by as much)."""
-        cost, bound = self.env.cost, msg.room_bound if msg.room_bound is not None else 0.0
+        bound = msg.room_bound if msg.room_bound is not None else 0.0
         try:
-            ab, ad = cost(a, self.id), cost(a, d)
+            ab, ad = self.env.cost(a, self.id), self.env.cost(a, d)
         except Exception:  # noqa: BLE001 - a or d left the instance
             return None
         up_a = msg.arrival
         best: tuple[float, str] | None = None
-        for z, r in self.out[h].items():
-            sink = self.last and z == h
-            if r <= EPS or (z in self.holders and not sink) or z not in self.next:
-                continue
-            if not sink and msg.label + 1 < self.view_label(z, h):
-                continue  # d replaces us as z's sender: z's label must not drop
-            try:
-                bz, dz = cost(self.id, z), cost(d, z)
-            except Exception:  # noqa: BLE001 - z left the instance
-                continue
+        for z, _, bz, dz, onwards in self._hand_over_targets(h, d, msg):
             if ad + dz - ab - bz > msg.room_rise:
                 continue  # (the edges would get dearer than the other holder's path gets cheaper)
-            onwards = 0.0 if sink else self.worst_of(h, z)
             worst = max(
                 up_a + ad + max(msg.onwards, dz + onwards), max(msg.inbound, up_a + ad) + dz + onwards
             )

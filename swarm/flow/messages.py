@@ -440,6 +440,7 @@ class RotateHint:
 
     holder: str
     hop: str
+    room: bool = False  # a make-room chain's: the room is held for you a while (room_chains.py)
 
 
 @dataclass(frozen=True)

@@ -244,6 +244,8 @@ class PeerAgent(PeerBids):
             self.on_go_timer()
         elif token.startswith("layer:"):
             self.layer_timer(int(token.split(":", 1)[1]))
+        elif token.startswith("room_"):
+            self.room_timer(token)
 
     def forget(self, node: str) -> None:
         """A neighbour left: its flow vanishes. Only a peer that lost flow re-plans, with a few moves

@@ -20,13 +20,16 @@ from tests.flow.test_exchange import recorded
 DEAR, MID, NEAR = Link(0.3, 1e9), Link(0.1, 1e9), Link(0.001, 1e9)
 
 
-def crosswise() -> tuple[MessageBus, dict[str, PeerAgent]]:
+def crosswise(dear_sink: bool = False) -> tuple[MessageBus, dict[str, PeerAgent]]:
     """h -> a -> b -> h and g -> c -> d -> g, set by hand; m idle. a -> b is dear and a -> d near,
     but d is full of g's flow; g's flow could run c -> m -> g a little dearer (c -> m mid). a -> m is
-    dear: no hand-over of h's flow pays, and no exchange (d carries none of h's flow)."""
+    dear: no hand-over of h's flow pays, and no exchange (d carries none of h's flow).
+    `dear_sink`: d -> h is dearer still, so a's flow through d would cost more than through b."""
     peers = [("a", 0, 1.0, 0.01), ("c", 0, 1.0, 0.01)] + [(x, 1, 1.0, 0.01) for x in "bdm"]
     links = {("a", "b"): DEAR, ("a", "d"): NEAR, ("a", "m"): DEAR, ("c", "b"): DEAR}
     links |= {("c", "d"): NEAR, ("c", "m"): MID}
+    if dear_sink:
+        links |= {("d", "h"): Link(0.6, 1e9)}
     bus = MessageBus(explicit(2, peers, [("h", 1.0), ("g", 1.0)], latency_s=0.001, overrides=links), seed=0)
     bus.run_until_quiescent()
     p = {n: bus.agents[n] for n in "abcdm"}
@@ -84,6 +87,58 @@ def test_a_chain_moves_the_other_holders_flow_to_make_room(monkeypatch: pytest.M
     assert cost.mean_path_cost(inst, bus.routes()) < mean_before  # (g's path rose by less than h's fell)
 
 
+def test_no_room_is_asked_for_where_the_hand_over_would_not_pay() -> None:
+    """The hand-over keeps b's next hop (here the sink): d judges a's path through it by its own edge
+    there, not by b's, and asks nobody to move when that path would be dearer than a's through b."""
+    bus, p = crosswise(dear_sink=True)
+    with recorded(bus) as sent:
+        p["a"].on_walk(Walk("h", bus.instance.edge_cost("h", "a")))
+        bus.run_until_quiescent()
+    asks = [e for e in sent if isinstance(e.body, Offer) and e.body.critical]
+    assert asks and (asks[0].src, asks[0].dst) == ("a", "d")
+    assert not any(isinstance(e.body, RoomAsk) for e in sent)
+    assert p["c"].routes()["g"] == {"d": pytest.approx(1.0)} and violations(bus) == []
+
+
+def test_the_room_made_is_held_for_a_while_then_let_go() -> None:
+    """Once g's flow left d for a's ask, d holds the room for a's ask again: other senders see it in
+    d's state (held capacity is not news) but cannot take it; if a never asks, the hold runs out."""
+    bus, p = crosswise()
+    d = p["d"]
+    p["a"].on_rotation = lambda src, body: None  # type: ignore[method-assign]  # (the hint is lost)
+    p["a"].on_go_timer = lambda: None  # type: ignore[method-assign]  # (and a asks no more)
+    seen: list[tuple[float, float, float]] = []
+    gave = d.gave
+
+    def watched(*args: object) -> None:
+        gave(*args)  # type: ignore[arg-type]
+        seen.append((d.spare(), d.reserved, d.state().spare))
+
+    d.gave = watched  # type: ignore[method-assign]
+    p["a"].on_walk(Walk("h", bus.instance.edge_cost("h", "a")))
+    bus.run_until_quiescent()
+    assert seen and seen[0][0] == pytest.approx(0.0) and seen[0][1] == pytest.approx(1.0)
+    assert seen[0][2] == pytest.approx(1.0)
+    assert d._holds == {} and d.reserved == pytest.approx(0.0)  # (ran out: a did not ask)
+    assert p["a"].routes()["h"] == {"b": pytest.approx(1.0)} and violations(bus) == []
+
+
+def test_a_busy_sender_asks_again_a_little_later() -> None:
+    """A make-room hint that finds a's own asks open is kept and taken when they are answered; a
+    rotation's hint is not (it goes at once or not at all, as before)."""
+    bus, p = crosswise()
+    a = p["a"]
+    asked: list[tuple[str, str]] = []
+    a.ask_trade = lambda h, d, b, *args, **kw: asked.append((d, b))  # type: ignore[method-assign]
+    a.offers[999] = ("h", 1.0, 0.0, "m")  # type: ignore[assignment]  # (an ask of ours is open)
+    a.on_rotation("d", RotateHint("h", "b"))
+    a.on_rotation("d", RotateHint("h", "b", room=True))
+    assert asked == [] and ("h", "d") in a._hints
+    del a.offers[999]
+    a.timer("room_hint")
+    assert asked == [("d", "b")] and a._hints == {}
+
+
 def test_the_other_holder_s_flow_moves_only_under_the_bound_and_the_price() -> None:
     """d, as the hand-over's b, keeps g's new path under the bound and its edges' rise under what h's
     path is to save: too low a bound or too small a saving and nothing moves."""
@@ -99,7 +154,7 @@ def test_the_other_holder_s_flow_moves_only_under_the_bound_and_the_price() -> N
         assert any(e.body.moved > 0.5 for e in handed) == moves
         if not moves:
             assert p["c"].routes()["g"] == {"d": pytest.approx(1.0)}
-        # (a move's room on d is not held for anyone: with no other holder's ask there, g's own
+        # (a move d did not ask for holds no room on d: with no other holder's ask there, g's own
         # hand-over takes g's flow back to the cheaper d)
 
 
