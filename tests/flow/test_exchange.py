@@ -42,6 +42,7 @@ from swarm.flow.messages import (
     Reply,
     State,
     TradeCheck,
+    Walk,
 )
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value
@@ -92,6 +93,15 @@ def recorded(bus: MessageBus) -> Iterator[list[Envelope]]:
         yield sent
     finally:
         bus.transmit = transmit  # type: ignore[method-assign]
+
+
+def walked(bus: MessageBus, node: str = "a", holder: str = "h") -> list[Envelope]:
+    """Holder's worst-path walk reaches `node` (its first hop) and the bus runs until quiet: the
+    envelopes sent meanwhile."""
+    with recorded(bus) as sent:
+        bus.agents[node].on_walk(Walk(holder, bus.instance.edge_cost(holder, node)))
+        bus.run_until_quiescent()
+    return sent
 
 
 def kinds_after_one_ask(bus: MessageBus, a: PeerAgent) -> set[str]:

@@ -13,12 +13,12 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
-from swarm.flow.messages import Envelope, Exchange, HandOver, Offer, OnwardHint, Walk
+from swarm.flow.messages import Envelope, Exchange, HandOver, Offer, OnwardHint
 from swarm.flow.peer import PeerAgent
 from swarm.flow.reference import max_flow_value, min_cost_max_flow
 from swarm.routing.codec import from_wire, to_wire
 from tests.flow.conftest import explicit, settle_flows_set_by_hand
-from tests.flow.test_exchange import recorded
+from tests.flow.test_exchange import walked
 
 DEAR, MID, NEAR = Link(0.3, 1e9), Link(0.15, 1e9), Link(0.001, 1e9)
 
@@ -96,9 +96,7 @@ def test_an_onward_swap_makes_the_hand_over_that_pays_only_with_it(
         agent.onward_swaps = onward_swaps.ONWARD_SWAPS
     inst = bus.instance
     worst_before = cost.max_path_cost(inst, bus.routes())
-    with recorded(bus) as sent:
-        p["a"].on_walk(Walk("h", inst.edge_cost("h", "a")))
-        bus.run_until_quiescent()
+    sent = walked(bus)
     assert any(isinstance(e.body, HandOver) and e.src == "d" and e.dst == "b" for e in sent)  # refused first
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(2.5)

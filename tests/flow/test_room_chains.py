@@ -11,11 +11,11 @@ from swarm.flow.bus import MessageBus
 from swarm.flow.check import violations
 from swarm.flow.generate import random_instance
 from swarm.flow.instance import Link
-from swarm.flow.messages import Envelope, ExchangeDone, HandOver, Offer, RoomAsk, RotateHint, Walk
+from swarm.flow.messages import Envelope, ExchangeDone, HandOver, Offer, RoomAsk, RotateHint
 from swarm.flow.peer import PeerAgent
 from swarm.routing.codec import from_wire, to_wire
 from tests.flow.conftest import explicit, settle_flows_set_by_hand
-from tests.flow.test_exchange import recorded
+from tests.flow.test_exchange import recorded, walked
 
 DEAR, MID, NEAR = Link(0.3, 1e9), Link(0.1, 1e9), Link(0.001, 1e9)
 
@@ -62,9 +62,7 @@ def test_a_chain_moves_the_other_holders_flow_to_make_room(monkeypatch: pytest.M
         cost.max_path_cost(inst, bus.routes()),
         cost.mean_path_cost(inst, bus.routes()),
     )
-    with recorded(bus) as sent:
-        p["a"].on_walk(Walk("h", inst.edge_cost("h", "a")))
-        bus.run_until_quiescent()
+    sent = walked(bus)
     assert violations(bus) == []
     assert cost.flow_value(bus.routes()) == pytest.approx(2.0)
     asks = [e for e in sent if isinstance(e.body, Offer) and e.body.critical]
@@ -91,9 +89,7 @@ def test_no_room_is_asked_for_where_the_hand_over_would_not_pay() -> None:
     """The hand-over keeps b's next hop (here the sink): d judges a's path through it by its own edge
     there, not by b's, and asks nobody to move when that path would be dearer than a's through b."""
     bus, p = crosswise(dear_sink=True)
-    with recorded(bus) as sent:
-        p["a"].on_walk(Walk("h", bus.instance.edge_cost("h", "a")))
-        bus.run_until_quiescent()
+    sent = walked(bus)
     asks = [e for e in sent if isinstance(e.body, Offer) and e.body.critical]
     assert asks and (asks[0].src, asks[0].dst) == ("a", "d")
     assert not any(isinstance(e.body, RoomAsk) for e in sent)
@@ -115,8 +111,7 @@ def test_the_room_made_is_held_for_a_while_then_let_go() -> None:
         seen.append((d.spare(), d.reserved, d.state().spare))
 
     d.gave = watched  # type: ignore[method-assign]
-    p["a"].on_walk(Walk("h", bus.instance.edge_cost("h", "a")))
-    bus.run_until_quiescent()
+    walked(bus)
     assert seen and seen[0][0] == pytest.approx(0.0) and seen[0][1] == pytest.approx(1.0)
     assert seen[0][2] == pytest.approx(1.0)
     assert d._holds == {} and d.reserved == pytest.approx(0.0)  # (ran out: a did not ask)
