@@ -17,6 +17,13 @@ from swarm.flow.node import EPS
 # 8 is enough for 6 x 6 seed 224 to reach the exact maximum.
 BID_REFUNDS = 8
 PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much to displace it
+# Without link limits too, a holder's bid at a full stage-0 peer displaces other holders' flow that
+# came from further away (first-leg cost against first-leg cost), not only its own dearer in-flows.
+# Holders race for shared capacity, and the far one that got there first kept it: whole-range seed
+# 0 instance 28 (11 x 5, four holders) ended at 1.213 of the min-cost flow's max path with far
+# holder h3 carrying 1.50 microbatches/s against 0.07 in the optimum (1.046 with such bids).
+# docs/routing.md, "Holders bid across holders".
+CROSS_HOLDER_BIDS = True
 
 
 class PeerBids(PeerLabels):
@@ -63,7 +70,7 @@ class PeerBids(PeerLabels):
         got = 0.0
         # with limited links a holder may depend on a few peers its links reach, so flows of other
         # holders bid too (their senders push elsewhere or return it; each eviction needs a cheaper bid)
-        kinds = self.holders if self.link_limits else (h,)
+        kinds = self.holders if self.link_limits or self._holder_bid(sender, h) else (h,)
         worse = [
             (0, self.bids[g].get(u, 0.0), g, u)
             for g in kinds
@@ -81,6 +88,10 @@ class PeerBids(PeerLabels):
             got += moved
             self.send(u, Return(g, moved, self.state()))
         return got
+
+    def _holder_bid(self, sender: str, h: str) -> bool:
+        """A holder's own bid at stage 0: it may displace other holders' flow (CROSS_HOLDER_BIDS)."""
+        return CROSS_HOLDER_BIDS and self.stage == 0 and sender == h
 
     def _preempt(self, h: str, left: float) -> bool:
         """Excess and no next hop with spare: bid for a full next hop's capacity (budgeted)."""

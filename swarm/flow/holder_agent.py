@@ -9,6 +9,7 @@ done as a wave of news; see `Node.observe`).
 
 from __future__ import annotations
 
+from swarm.flow import bids
 from swarm.flow.agent import EPS, Env, Sender
 from swarm.flow.holder_ceiling import HolderCeiling
 from swarm.flow.holder_hand_overs import HolderHandOvers
@@ -56,7 +57,8 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self.all_holders = tuple(holders)
         self.demand = demand
         self.sink_in: dict[str, float] = {}
-        self.preempts = -1  # bids for full stage-0 peers (with limited links); set at first use
+        self.preempts = -1  # bids for full stage-0 peers; set at first use
+        self._bid_at: set[str] = set()  # stage-0 peers bid at since a neighbour last left
         self._stall_armed = False
         self._stall_mark = (-1.0, -1.0)  # (served, home) when the stall timer was armed
         self._epochs_left = STALL_EPOCHS
@@ -176,6 +178,7 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         self.paths.pop(node, None)  # (its path news, for walks)
         self.forget_target(node)
         self.budget = self.preempts = 2 if lost else 0
+        self._bid_at.clear()
         if lost:
             self.ramp_again()
         self.renew_walks()
@@ -206,7 +209,7 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         if ex > EPS:
             left = self.push(h)
             pushed = left < ex - EPS
-            if left > EPS and self.link_limits:
+            if left > EPS and (self.link_limits or (bids.CROSS_HOLDER_BIDS and len(self.all_holders) > 1)):
                 self._preempt(left)
         elif ex < -EPS:
             self.cancel_deficit(h)
@@ -220,7 +223,8 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
 
     def _preempt(self, left: float) -> None:
         """Demand left and every stage-0 peer our links reach is full: bid for the cheapest one's
-        capacity (budgeted; with limited links other holders may hold the peers we depend on)."""
+        capacity (budgeted; other holders' flow that came from further away gives way, see
+        `bids.CROSS_HOLDER_BIDS`, and with limited links other holders may hold the peers we depend on)."""
         if self.preempts < 0:
             self.preempts = len(self.next)
         if self.preempts <= 0 or not self.improve:
@@ -236,7 +240,10 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         ]
         if not full:
             return
+        if not self.link_limits:  # (bids across holders: each full peer once, cheapest first)
+            full = [v for v in full if v not in self._bid_at] or full
         v = min(full, key=lambda v: (self.link(v), v))
+        self._bid_at.add(v)
         self.preempts -= 1
         rate = min(left, self.room(v))
         oid = self.add_offer(h, v, rate, None)
