@@ -9,7 +9,7 @@ done as a wave of news; see `Node.observe`).
 
 from __future__ import annotations
 
-from swarm.flow import bids
+from swarm.flow import bids, conversions
 from swarm.flow.agent import EPS, Env, Sender
 from swarm.flow.holder_ceiling import HolderCeiling
 from swarm.flow.holder_hand_overs import HolderHandOvers
@@ -236,7 +236,7 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
             if v in self.views
             and self.view_spare(v) <= EPS
             and self.room(v) > EPS
-            and self.target_label(h, v) < mine
+            and (self.target_label(h, v) < mine or self._converts())
         ]
         if not full:
             return
@@ -248,6 +248,11 @@ class HolderAgent(HolderHandOvers, HolderRamp, HolderCeiling):
         rate = min(left, self.room(v))
         oid = self.add_offer(h, v, rate, None)
         self.send(v, Offer(h, rate, oid, mine, bid=self.link(v), preempt=1, state=self.state()))
+
+    def _converts(self) -> bool:
+        """Without link limits a full stage-0 peer that does not reach our sink may still turn
+        other holders' flow into ours (swarm/flow/conversions.py): bid whatever its labels."""
+        return conversions.CONVERSIONS and not self.link_limits
 
     def announce(self) -> None:
         """A holder's label never changes; stage peers know it, so there is nothing to publish."""

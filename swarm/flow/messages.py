@@ -272,6 +272,25 @@ class Moved:
 
 
 @dataclass(frozen=True)
+class Convert:
+    """Of the flow of holder `old` the sender sends the addressee, `rate` is holder `new`'s from
+    now on (swarm/flow/conversions.py): the addressee does the same on its own next hops."""
+
+    old: str
+    new: str
+    rate: float
+
+
+@dataclass(frozen=True)
+class ConvertBack:
+    """The addressee's `Convert` found less of `old`'s flow here: `rate` of it stays `old`'s."""
+
+    old: str
+    new: str
+    rate: float
+
+
+@dataclass(frozen=True)
 class Traded:
     """After an exchange's or a hand-over's b (`mate`) left, about d's exchange `exchange_id`.
 
@@ -550,6 +569,8 @@ Body = (
     | HandOff
     | HandOffDone
     | Moved
+    | Convert
+    | ConvertBack
     | Resync
     | Resynced
     | Traded

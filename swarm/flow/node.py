@@ -18,6 +18,8 @@ from swarm.flow.messages import (
     Body,
     Cancel,
     CancelDone,
+    Convert,
+    ConvertBack,
     Corridor,
     CorridorPlan,
     EdgesDropped,
@@ -48,7 +50,7 @@ from swarm.flow.news import EPS, summary_of
 from swarm.flow.views import Views
 
 # Messages that move flow on the edges between sender and addressee (see `Node._same_generation`).
-FENCED = (Offer, Reply, Cancel, CancelDone, Return, HandOff, HandOffDone)
+FENCED = (Offer, Reply, Cancel, CancelDone, Return, HandOff, HandOffDone, Convert, ConvertBack)
 # ... and the trade answers that settle flow on them (held from a node we consider gone, see receive)
 EDGE_NEWS = (*FENCED, Moved, Traded, Resynced)
 # Retry periods a message to a stage mate thought gone is kept to send again (`stop_resending`): as

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from swarm.flow.agent import EPS, Env
 from swarm.flow.ask_budget import dearer_news_to_all
-from swarm.flow.bids import PeerBids
+from swarm.flow.conversions import PeerConversions
 from swarm.flow.holder_ceiling import ceilings_apply
 from swarm.flow.messages import (
     INF,
@@ -23,6 +23,8 @@ from swarm.flow.messages import (
     Body,
     Cancel,
     CancelDone,
+    Convert,
+    ConvertBack,
     Exchange,
     ExchangeDone,
     HandOff,
@@ -56,7 +58,7 @@ FIRST_MOVES = 2
 DIRECT_MOVES = False
 
 
-class PeerAgent(PeerBids):
+class PeerAgent(PeerConversions):
     """One stage server's routing state: in-flows, out-flows, labels and the replies it owes."""
 
     def __init__(
@@ -201,6 +203,10 @@ class PeerAgent(PeerBids):
             self.on_hand_off(src, body)
         elif isinstance(body, HandOffDone):
             self.on_hand_off_done(src, body)
+        elif isinstance(body, Convert):
+            self.on_convert(src, body)
+        elif isinstance(body, ConvertBack):
+            self.on_convert_back(src, body)
 
     def on_offer(self, src: str, msg: Offer) -> None:
         """Accept up to spare capacity if we are below the sender; otherwise reject with our state."""
@@ -219,6 +225,9 @@ class PeerAgent(PeerBids):
             accepted = min(msg.rate, self.spare(), room)
             if msg.preempt and msg.bid is not None and accepted < min(msg.rate, room) - EPS:
                 accepted += self._evict(src, h, min(msg.rate, room) - accepted, msg.bid, msg.label)
+        elif current and msg.preempt and msg.bid is not None and src == h and h in self.inflow:
+            # (our labels keep h's flow out: other holders' flow here may become h's instead)
+            accepted = self.convert_for(h, msg.rate, msg.bid)
         if accepted > EPS:
             self.inflow[h][src] = self.inflow[h].get(src, 0.0) + accepted
             if msg.bid is not None:
