@@ -23,7 +23,11 @@ from swarm.flow.bids import PeerBids
 from swarm.flow.messages import Convert, ConvertBack, Return
 from swarm.flow.node import EPS
 
-CONVERSIONS = True
+# Off: after 20% churn on the churn table's 6 x 60 row with four holders (seed 2) the swarm did not
+# go quiet within the bus's time limit (4 violations); with bids across holders alone it is quiet
+# after 0.68x the initial rounds. Kept, with its tests, for that to be traced (docs/routing.md,
+# "Holders bid across holders, and conversions").
+CONVERSIONS = False
 # The bidder's first edge must be this much cheaper than the converted holder's (seconds). Judged
 # by whole paths instead (the far holder's worst path through us against the bidder's worst), or by
 # either test, conversions ran away on whole-range seed 0 instance 26 (11,794 messages per peer
