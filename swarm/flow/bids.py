@@ -21,8 +21,8 @@ PREEMPT_MARGIN_S = 0.001  # a bid must beat an in-flow's path cost by this much 
 # came from further away (first-leg cost against first-leg cost), not only its own dearer in-flows.
 # Holders race for shared capacity, and the far one that got there first kept it: whole-range seed
 # 0 instance 28 (11 x 5, four holders) ended at 1.213 of the min-cost flow's max path with far
-# holder h3 carrying 1.50 microbatches/s against 0.07 in the optimum (1.046 with such bids).
-# docs/routing.md, "Holders bid across holders".
+# holder h3 carrying 1.50 microbatches/s against 0.07 in the optimum (1.050 with such bids).
+# docs/routing.md, "Holders bid across holders, and conversions".
 CROSS_HOLDER_BIDS = True
 
 

@@ -1,15 +1,15 @@
 """Holder conversions: a full stage-0 peer turns a far holder's flow into a nearer holder's.
 
-Holders race for shared capacity (docs/routing.md, "Holders bid across holders"). A holder's bid
-displaces other holders' flow only where the full peer still reaches the bidder's sink; when a
-later stage is the bottleneck, no stage-0 peer does, yet every path of the far holder there is a
-path the bidder could use: microbatches return to their own holder, but the peers in between do
+Holders race for shared capacity (docs/routing.md, "Holders bid across holders, and conversions"). A
+holder's bid displaces other holders' flow only where the full peer still reaches the bidder's sink;
+when a later stage is the bottleneck, no stage-0 peer does, yet every path of the far holder there
+is a path the bidder could use: microbatches return to their own holder, but the peers in between do
 not care whose they are. So the full stage-0 peer takes the bidder's flow in place of the far
-holder's (returned to it) and tells its next hop that this much of what it sends is now the
-bidder's (`Convert`); every hop does the same down the far holder's worst path, and the last stage
-hands the far holder's flow back to its sink and pushes the bidder's home. No peer's load changes,
-so the maximum flow stays. A hop that no longer carries that much says so (`ConvertBack`), and
-push-relabel settles the difference like any excess.
+holder's (returned to it) and tells its next hop that this much of what it sends is now the bidder's
+(`Convert`); every hop does the same down the far holder's worst path, and the last stage hands the
+far holder's flow back to its sink and pushes the bidder's home. No peer's load changes, so the
+maximum flow stays. A hop that no longer carries that much says so (`ConvertBack`), and push-relabel
+settles the difference like any excess.
 
 On whole-range seed 0 instance 1 under timing s + 1000 (4 x 11, four holders) the far holder h1
 carried 3.36 microbatches/s against 0.18 in the min-cost flow, and no bid was ever taken.
@@ -31,7 +31,7 @@ CONVERSIONS = False
 # The bidder's first edge must be this much cheaper than the converted holder's (seconds). Judged
 # by whole paths instead (the far holder's worst path through us against the bidder's worst), or by
 # either test, conversions ran away on whole-range seed 0 instance 26 (11,794 messages per peer
-# against 616, max path 0.992 -> 1.106): docs/routing.md, "Holders bid across holders".
+# against 616, max path 0.992 -> 1.106): docs/routing.md, "Holders bid across holders, and conversions".
 CONVERT_MARGIN_S = 0.01
 
 
